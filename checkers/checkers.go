@@ -1,0 +1,156 @@
+// Package checkers judges histories of lock-protected counter workloads.
+//
+// [Linearizable] checks, with Porcupine, that the critical sections behaved as
+// if each ran atomically on its key, which is what a correct lock plus a
+// correct store must give. [Summary] counts outcomes and compares final reads
+// with acknowledged increments (lost updates). [Mutex] measures overlapping
+// holds and [Fencing] late writes stopped or accepted; those two report facts
+// about the lock, not about the data, so they do not decide the verdict.
+//
+// [Check] runs them all and composes the verdict: valid only when every
+// judging checker is valid; unknown when one is unknown (a Porcupine timeout
+// is never a pass).
+package checkers
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+// Verdict is a checker's answer. In JSON it is true, false or "unknown".
+type Verdict int
+
+const (
+	// Unknown means the checker could not decide (e.g. it timed out).
+	Unknown Verdict = iota
+	// Valid means no anomaly was found.
+	Valid
+	// Invalid means an anomaly was found.
+	Invalid
+)
+
+// String returns "valid", "invalid" or "unknown".
+func (v Verdict) String() string {
+	switch v {
+	case Valid:
+		return "valid"
+	case Invalid:
+		return "invalid"
+	default:
+		return "unknown"
+	}
+}
+
+// MarshalJSON encodes Valid as true, Invalid as false, Unknown as "unknown".
+func (v Verdict) MarshalJSON() ([]byte, error) {
+	switch v {
+	case Valid:
+		return []byte("true"), nil
+	case Invalid:
+		return []byte("false"), nil
+	default:
+		return []byte(`"unknown"`), nil
+	}
+}
+
+// UnmarshalJSON accepts what MarshalJSON writes.
+func (v *Verdict) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case "true":
+		*v = Valid
+	case "false":
+		*v = Invalid
+	case `"unknown"`:
+		*v = Unknown
+	default:
+		return fmt.Errorf("verdict: want true, false or \"unknown\", got %s", b)
+	}
+	return nil
+}
+
+// And combines verdicts: Invalid wins over Unknown, which wins over Valid.
+func And(vs ...Verdict) Verdict {
+	out := Valid
+	for _, v := range vs {
+		switch {
+		case v == Invalid:
+			return Invalid
+		case v == Unknown:
+			out = Unknown
+		}
+	}
+	return out
+}
+
+// Input is what a checker judges: a history split into operations and faults.
+type Input struct {
+	Ops    []history.Op
+	Faults []history.Event
+	// End is the time of the last event.
+	End int64
+}
+
+// NewInput pairs a history's events.
+func NewInput(events []history.Event) Input {
+	ops, faults := history.Pair(events)
+	var end int64
+	for _, e := range events {
+		end = max(end, e.Time)
+	}
+	return Input{Ops: ops, Faults: faults, End: end}
+}
+
+// Checker judges one aspect of a history.
+//
+// Implementations are safe for concurrent use: Check does not keep state.
+type Checker interface {
+	// Name is the key of the checker's section in results.json.
+	Name() string
+	// Check judges in. It returns when done or when ctx is done (then with
+	// an Unknown verdict).
+	Check(ctx context.Context, in Input) Result
+}
+
+// Result is one checker's section of results.json.
+type Result struct {
+	Verdict Verdict `json:"valid"`
+	// Judges tells whether the verdict counts towards the run's verdict.
+	Judges bool `json:"judges"`
+	// Details is checker-specific (counts, anomalies).
+	Details any `json:"details,omitempty"`
+}
+
+// Report is every checker's result and the composed verdict.
+type Report struct {
+	Valid    Verdict           `json:"valid"`
+	Checkers map[string]Result `json:"checkers"`
+}
+
+// Check runs checkers and composes their verdict from those that judge.
+func Check(ctx context.Context, in Input, cs ...Checker) Report {
+	rep := Report{Valid: Valid, Checkers: make(map[string]Result, len(cs))}
+	var vs []Verdict
+	for _, c := range cs {
+		r := c.Check(ctx, in)
+		rep.Checkers[c.Name()] = r
+		if r.Judges {
+			vs = append(vs, r.Verdict)
+		}
+	}
+	rep.Valid = And(vs...)
+	return rep
+}
+
+// Default returns the checkers a run uses.
+func Default(opts LinearizableOptions) []Checker {
+	return []Checker{NewLinearizable(opts), Summary{}, Mutex{}, Fencing{}}
+}
+
+// compile-time assertions
+var (
+	_ json.Marshaler   = Verdict(0)
+	_ json.Unmarshaler = (*Verdict)(nil)
+)

@@ -1,0 +1,234 @@
+package checkers
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+// TestCorpus replays every history under testdata and compares the verdict
+// with the case's expected.json. Known-bad histories must stay illegal.
+func TestCorpus(t *testing.T) {
+	dirs, err := filepath.Glob("testdata/*/history.jsonl")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no corpus: %v", err)
+	}
+	var sawValid, sawInvalid bool
+	for _, path := range dirs {
+		dir := filepath.Dir(path)
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			events, rep, err := history.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.TornTail {
+				t.Fatalf("corpus file has a torn tail")
+			}
+			var want struct {
+				Valid Verdict `json:"valid"`
+			}
+			b, err := os.ReadFile(filepath.Join(dir, "expected.json"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &want); err != nil {
+				t.Fatal(err)
+			}
+			got := Check(context.Background(), NewInput(events), Default(LinearizableOptions{})...)
+			if got.Valid != want.Valid {
+				js, _ := json.MarshalIndent(got, "", "  ")
+				t.Fatalf("verdict %v, want %v\n%s", got.Valid, want.Valid, js)
+			}
+			sawValid = sawValid || got.Valid == Valid
+			sawInvalid = sawInvalid || got.Valid == Invalid
+		})
+	}
+	if !sawValid || !sawInvalid {
+		t.Fatalf("corpus must hold both valid and invalid histories (valid %v, invalid %v)", sawValid, sawInvalid)
+	}
+}
+
+// builder writes histories in tests.
+type builder struct {
+	events []history.Event
+	t      int64
+}
+
+func (b *builder) tick() int64 { b.t += 10; return b.t }
+
+func (b *builder) invoke(p int, id int64, f, key string) {
+	b.events = append(b.events, history.Event{Time: b.tick(), Type: history.Invoke, Process: p, ID: id, F: f, Key: key})
+}
+
+func (b *builder) cs(typ history.Type, p int, id int64, key string, read, write int64, readTag int64, errKind string) {
+	e := history.Event{Time: b.tick(), Type: typ, Process: p, ID: id, F: history.FCriticalSection, Key: key, Error: errKind,
+		Read: &history.Value{Value: read, Tag: readTag}, Write: &history.Value{Value: write, Tag: id}}
+	b.events = append(b.events, e)
+}
+
+func (b *builder) read(p int, id int64, key string, v, tag int64) {
+	b.invoke(p, id, history.FRead, key)
+	b.events = append(b.events, history.Event{Time: b.tick(), Type: history.OK, Process: p, ID: id, F: history.FRead, Key: key, Read: &history.Value{Value: v, Tag: tag}})
+}
+
+func TestLinearizableTable(t *testing.T) {
+	tests := []struct {
+		name  string
+		build func(b *builder)
+		want  Verdict
+	}{
+		{"empty", func(b *builder) {}, Valid},
+		{"concurrent increments both from zero", func(b *builder) {
+			b.invoke(0, 1, history.FCriticalSection, "k")
+			b.invoke(1, 2, history.FCriticalSection, "k")
+			b.cs(history.OK, 0, 1, "k", 0, 1, 0, "")
+			b.cs(history.OK, 1, 2, "k", 0, 1, 0, "")
+		}, Invalid},
+		{"concurrent ops ordered by reads", func(b *builder) {
+			b.invoke(0, 1, history.FCriticalSection, "k")
+			b.invoke(1, 2, history.FCriticalSection, "k")
+			b.cs(history.OK, 1, 2, "k", 1, 2, 1, "")
+			b.cs(history.OK, 0, 1, "k", 0, 1, 0, "")
+			b.read(0, 3, "k", 2, 2)
+		}, Valid},
+		{"rejected write must have read the state", func(b *builder) {
+			b.invoke(0, 1, history.FCriticalSection, "k")
+			b.cs(history.OK, 0, 1, "k", 0, 1, 0, "")
+			b.invoke(1, 2, history.FCriticalSection, "k")
+			b.cs(history.Fail, 1, 2, "k", 0, 1, 0, history.ErrStaleToken) // read 0 after 1 was written
+		}, Invalid},
+		{"independent keys", func(b *builder) {
+			b.invoke(0, 1, history.FCriticalSection, "a")
+			b.invoke(1, 2, history.FCriticalSection, "b")
+			b.cs(history.OK, 0, 1, "a", 0, 1, 0, "")
+			b.cs(history.OK, 1, 2, "b", 0, 1, 0, "")
+			b.read(0, 3, "a", 1, 1)
+			b.read(1, 4, "b", 1, 2)
+		}, Valid},
+		{"final read of a write that never happened", func(b *builder) {
+			b.read(0, 3, "a", 1, 99)
+		}, Invalid},
+		{"observed blind unknown", func(b *builder) {
+			b.invoke(0, 1, history.FCriticalSection, "k") // never completes
+			b.read(1, 2, "k", 1, 1)
+		}, Valid},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b builder
+			tt.build(&b)
+			r := NewLinearizable(LinearizableOptions{}).Check(context.Background(), NewInput(b.events))
+			if r.Verdict != tt.want {
+				t.Fatalf("verdict %v, want %v: %+v", r.Verdict, tt.want, r.Details)
+			}
+		})
+	}
+}
+
+func TestUnobservedUnknownsAreDropped(t *testing.T) {
+	var b builder
+	for i := int64(1); i <= 50; i++ {
+		b.invoke(int(i), i, history.FCriticalSection, "k")
+	}
+	b.read(0, 100, "k", 0, 0)
+	r := NewLinearizable(LinearizableOptions{}).Check(context.Background(), NewInput(b.events))
+	d := r.Details.(*LinearizableDetails)
+	if r.Verdict != Valid || d.DroppedUnknown != 50 || d.Checked != 1 {
+		t.Fatalf("verdict %v, details %+v", r.Verdict, d)
+	}
+}
+
+func TestTimeoutIsUnknownNeverValid(t *testing.T) {
+	// Many concurrent observed unknowns with contradictory reads make the
+	// search large; a tiny timeout must answer Unknown.
+	var b builder
+	n := int64(200)
+	for i := int64(1); i <= n; i++ {
+		b.invoke(int(i), i, history.FCriticalSection, "k")
+	}
+	for i := int64(1); i <= n; i++ {
+		b.cs(history.OK, int(i), i, "k", 0, 1, 0, "")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Nanosecond)
+	defer cancel()
+	time.Sleep(time.Millisecond)
+	r := NewLinearizable(LinearizableOptions{Timeout: time.Nanosecond}).Check(ctx, NewInput(b.events))
+	if r.Verdict != Unknown {
+		t.Fatalf("verdict %v, want unknown", r.Verdict)
+	}
+	if got := Check(ctx, NewInput(b.events), NewLinearizable(LinearizableOptions{Timeout: time.Nanosecond})).Valid; got == Valid {
+		t.Fatalf("a timed-out check composed to valid")
+	}
+}
+
+func TestSummaryLostUpdates(t *testing.T) {
+	var b builder
+	b.invoke(0, 1, history.FCriticalSection, "k")
+	b.invoke(1, 2, history.FCriticalSection, "k")
+	b.cs(history.OK, 0, 1, "k", 0, 1, 0, "")
+	b.cs(history.OK, 1, 2, "k", 0, 1, 0, "")
+	b.invoke(2, 3, history.FCriticalSection, "k")
+	b.cs(history.Fail, 2, 3, "k", 1, 2, 2, history.ErrStaleToken)
+	b.read(0, 4, "k", 1, 2)
+	r := Summary{}.Check(context.Background(), NewInput(b.events))
+	d := r.Details.(*SummaryDetails)
+	if r.Verdict != Invalid || d.LostUpdates != 1 || d.OK != 2 || d.Fail != 1 || d.Rejections != 1 {
+		t.Fatalf("verdict %v details %+v", r.Verdict, d)
+	}
+}
+
+func TestMutexAndFencing(t *testing.T) {
+	h := []history.Event{
+		{Time: 1, Type: history.Invoke, Process: 0, ID: 1, F: history.FCriticalSection, Key: "k", Client: "c1"},
+		{Time: 2, Type: history.Invoke, Process: 1, ID: 2, F: history.FCriticalSection, Key: "k", Client: "c2"},
+		{Time: 50, Type: history.OK, Process: 1, ID: 2, F: history.FCriticalSection, Key: "k", Token: 2, Acquired: 20, Released: 40, WriteAt: 30,
+			Read: &history.Value{}, Write: &history.Value{Value: 1, Tag: 2}},
+		{Time: 60, Type: history.Fail, Process: 0, ID: 1, F: history.FCriticalSection, Key: "k", Token: 1, Acquired: 10, Released: 55, WriteAt: 50,
+			Error: history.ErrStaleToken, Read: &history.Value{}, Write: &history.Value{Value: 1, Tag: 1}},
+	}
+	in := NewInput(h)
+	m := Mutex{}.Check(context.Background(), in).Details.(*MutexDetails)
+	if m.Overlaps != 1 || m.Longest != 20 {
+		t.Fatalf("mutex %+v", m)
+	}
+	f := Fencing{}.Check(context.Background(), in).Details.(*FencingDetails)
+	if f.LateWrites != 1 || f.LateRejected != 1 || f.LateAccepted != 0 || f.Rejections != 1 || f.NonMonotonic != 0 {
+		t.Fatalf("fencing %+v", f)
+	}
+}
+
+func TestVisualizationHasFaults(t *testing.T) {
+	events, _, err := history.ReadFile("testdata/lost-update-invalid/history.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := NewInput(events)
+	r := NewLinearizable(LinearizableOptions{}).Check(context.Background(), in)
+	var buf bytes.Buffer
+	if err := r.Details.(*LinearizableDetails).WriteVisualization(&buf, in.Faults, 0); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(buf.String(), "SIGSTOP") || !strings.Contains(buf.String(), "nemesis") {
+		t.Fatalf("visualization lacks the fault annotation")
+	}
+}
+
+func TestVerdictJSON(t *testing.T) {
+	for _, v := range []Verdict{Valid, Invalid, Unknown} {
+		b, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Verdict
+		if err := json.Unmarshal(b, &back); err != nil || back != v {
+			t.Fatalf("%v round-tripped to %v (%s, %v)", v, back, b, err)
+		}
+	}
+}

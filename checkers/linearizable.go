@@ -1,0 +1,368 @@
+package checkers
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+// stepKind is what a critical section did to its key, as the model sees it.
+type stepKind uint8
+
+const (
+	// stepWrite: the section read Read and wrote Write (acknowledged, or of
+	// unknown outcome but observed by a later read).
+	stepWrite stepKind = iota
+	// stepRead: the section (or a plain read) read Read and changed nothing;
+	// fenced writes that the store rejected are this kind.
+	stepRead
+	// stepBlind: an unknown-outcome write that was observed, but whose read
+	// was never reported; it may overwrite any state.
+	stepBlind
+)
+
+// modelInput is the Porcupine input of one operation.
+type modelInput struct {
+	key   string
+	kind  stepKind
+	read  history.Value
+	write history.Value
+	id    int64
+}
+
+// CounterModel is the Porcupine model of a lock-protected counter, one per
+// key (histories are partitioned by key). The state is the counter's value
+// and the tag of the write that produced it. A step is legal only if the
+// value (and tag) it read equals the state; an acknowledged write then sets
+// the state; a fenced write the store rejected leaves it.
+var CounterModel = porcupine.Model{
+	Partition: func(ops []porcupine.Operation) [][]porcupine.Operation {
+		byKey := make(map[string][]porcupine.Operation)
+		var keys []string
+		for _, op := range ops {
+			k := op.Input.(modelInput).key
+			if _, ok := byKey[k]; !ok {
+				keys = append(keys, k)
+			}
+			byKey[k] = append(byKey[k], op)
+		}
+		out := make([][]porcupine.Operation, 0, len(keys))
+		for _, k := range keys {
+			out = append(out, byKey[k])
+		}
+		return out
+	},
+	Init: func() any { return history.Value{} },
+	Step: func(state, input, _ any) (bool, any) {
+		s := state.(history.Value)
+		in := input.(modelInput)
+		switch in.kind {
+		case stepBlind:
+			return true, in.write
+		case stepRead:
+			return s == in.read, s
+		default:
+			if s != in.read {
+				return false, s
+			}
+			return true, in.write
+		}
+	},
+	Equal: func(a, b any) bool { return a.(history.Value) == b.(history.Value) },
+	Hash: func(state any) uint64 {
+		v := state.(history.Value)
+		return uint64(v.Tag)*0x9e3779b97f4a7c15 ^ uint64(v.Value)
+	},
+	DescribeOperation: func(input, _ any) string {
+		in := input.(modelInput)
+		switch in.kind {
+		case stepRead:
+			return fmt.Sprintf("op %d read %d (tag %d)", in.id, in.read.Value, in.read.Tag)
+		case stepBlind:
+			return fmt.Sprintf("op %d wrote %d (read unknown)", in.id, in.write.Value)
+		default:
+			return fmt.Sprintf("op %d read %d (tag %d), wrote %d", in.id, in.read.Value, in.read.Tag, in.write.Value)
+		}
+	},
+	DescribeState: func(state any) string {
+		v := state.(history.Value)
+		return fmt.Sprintf("%d (tag %d)", v.Value, v.Tag)
+	},
+}
+
+// LinearizableOptions configure [NewLinearizable].
+type LinearizableOptions struct {
+	// Timeout bounds the whole check; past it the verdict is Unknown.
+	// Zero means one minute.
+	Timeout time.Duration
+	// Parallelism is how many keys are checked at once; zero means GOMAXPROCS.
+	Parallelism int
+	// VisualizeLimit caps the operations put into the visualization (the
+	// keys with anomalies are preferred); zero means 20000.
+	VisualizeLimit int
+}
+
+// Linearizable checks the critical sections with Porcupine.
+type Linearizable struct {
+	opts LinearizableOptions
+}
+
+// NewLinearizable returns a Linearizable checker.
+func NewLinearizable(opts LinearizableOptions) Linearizable {
+	if opts.Timeout <= 0 {
+		opts.Timeout = time.Minute
+	}
+	if opts.Parallelism <= 0 {
+		opts.Parallelism = runtime.GOMAXPROCS(0)
+	}
+	if opts.VisualizeLimit <= 0 {
+		opts.VisualizeLimit = 20000
+	}
+	return Linearizable{opts: opts}
+}
+
+// Name implements [Checker].
+func (Linearizable) Name() string { return "linearizable" }
+
+// LinearizableDetails is the linearizable section of results.json.
+type LinearizableDetails struct {
+	// Checked is the number of operations given to Porcupine.
+	Checked int `json:"checked"`
+	// DroppedUnknown counts unknown-outcome writes never observed by a read;
+	// they may be taken as never having happened, so they are left out,
+	// which keeps Porcupine's search small.
+	DroppedUnknown int `json:"dropped_unknown"`
+	// KeptUnknown counts unknown-outcome writes that a read observed.
+	KeptUnknown int `json:"kept_unknown"`
+	// Keys is the number of keys (independent partitions).
+	Keys int `json:"keys"`
+	// IllegalKeys and UnknownKeys name the keys with a violation, or whose
+	// check timed out.
+	IllegalKeys []string `json:"illegal_keys,omitempty"`
+	UnknownKeys []string `json:"unknown_keys,omitempty"`
+	// Duration is how long the check took.
+	Duration time.Duration `json:"duration_ns"`
+
+	ops []porcupine.Operation
+}
+
+// Ops converts a paired history into Porcupine operations (exported for
+// tests and benchmarks through [Linearizable.Check]).
+func modelOps(in Input) (ops []porcupine.Operation, dropped, kept int) {
+	observed := make(map[int64]bool)
+	for _, op := range in.Ops {
+		if c := op.Complete; c != nil && c.Read != nil {
+			observed[c.Read.Tag] = true
+		}
+	}
+	// Unknown outcomes end after everything else: nothing is observed later.
+	infinity := in.End + 1
+	ops = make([]porcupine.Operation, 0, len(in.Ops))
+	for _, op := range in.Ops {
+		inv, c := op.Invoke, op.Complete
+		mi := modelInput{key: inv.Key, id: inv.ID}
+		ret := infinity
+		switch op.Outcome() {
+		case history.OK:
+			ret = c.Time
+			switch {
+			case inv.F == history.FRead && c.Read != nil:
+				mi.kind, mi.read = stepRead, *c.Read
+			case c.Read != nil && c.Write != nil:
+				mi.kind, mi.read, mi.write = stepWrite, *c.Read, *c.Write
+			default:
+				continue
+			}
+		case history.Fail:
+			ret = c.Time
+			if c.Read == nil {
+				continue // nothing observed, nothing done
+			}
+			mi.kind, mi.read = stepRead, *c.Read
+		default: // Info, or never completed
+			if inv.F != history.FCriticalSection || !observed[inv.ID] {
+				if inv.F == history.FCriticalSection {
+					dropped++
+				}
+				continue
+			}
+			kept++
+			switch {
+			case c != nil && c.Read != nil && c.Write != nil:
+				mi.kind, mi.read, mi.write = stepWrite, *c.Read, *c.Write
+			default:
+				mi.kind = stepBlind
+				mi.write = observedValue(in, inv.ID)
+			}
+		}
+		ops = append(ops, porcupine.Operation{
+			ClientId: max(inv.Process, 0),
+			Input:    mi,
+			Call:     inv.Time,
+			Return:   ret,
+		})
+	}
+	return ops, dropped, kept
+}
+
+func observedValue(in Input, tag int64) history.Value {
+	for _, op := range in.Ops {
+		if c := op.Complete; c != nil && c.Read != nil && c.Read.Tag == tag {
+			return *c.Read
+		}
+	}
+	return history.Value{Tag: tag}
+}
+
+// Check implements [Checker].
+func (l Linearizable) Check(ctx context.Context, in Input) Result {
+	start := time.Now()
+	ops, dropped, kept := modelOps(in)
+	parts := CounterModel.Partition(ops)
+	det := &LinearizableDetails{Checked: len(ops), DroppedUnknown: dropped, KeptUnknown: kept, Keys: len(parts), ops: ops}
+
+	deadline := start.Add(l.opts.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	results := make([]porcupine.CheckResult, len(parts))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, l.opts.Parallelism)
+	for i, part := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			select {
+			case sem <- struct{}{}:
+			case <-ctx.Done():
+				results[i] = porcupine.Unknown
+				return
+			}
+			defer func() { <-sem }()
+			left := time.Until(deadline)
+			if left <= 0 || ctx.Err() != nil {
+				results[i] = porcupine.Unknown
+				return
+			}
+			results[i] = porcupine.CheckOperationsTimeout(singleKey, part, left)
+		}()
+	}
+	wg.Wait()
+
+	verdicts := make([]Verdict, 0, len(parts))
+	for i, r := range results {
+		key := parts[i][0].Input.(modelInput).key
+		switch r {
+		case porcupine.Ok:
+			verdicts = append(verdicts, Valid)
+		case porcupine.Illegal:
+			verdicts = append(verdicts, Invalid)
+			det.IllegalKeys = append(det.IllegalKeys, key)
+		default:
+			verdicts = append(verdicts, Unknown)
+			det.UnknownKeys = append(det.UnknownKeys, key)
+		}
+	}
+	sort.Strings(det.IllegalKeys)
+	sort.Strings(det.UnknownKeys)
+	det.Duration = time.Since(start)
+	return Result{Verdict: And(verdicts...), Judges: true, Details: det}
+}
+
+// singleKey is CounterModel for an already partitioned history.
+var singleKey = func() porcupine.Model {
+	m := CounterModel
+	m.Partition = nil
+	return m
+}()
+
+// WriteVisualization writes Porcupine's HTML visualization of the checked
+// operations (those of the keys with anomalies first, up to the limit), with
+// each fault as an annotation spanning its window.
+func (d *LinearizableDetails) WriteVisualization(w io.Writer, faults []history.Event, limit int) error {
+	if limit <= 0 {
+		limit = 20000
+	}
+	ops := d.ops
+	if len(d.IllegalKeys) > 0 {
+		ops = slices.DeleteFunc(slices.Clone(ops), func(op porcupine.Operation) bool {
+			return !slices.Contains(d.IllegalKeys, op.Input.(modelInput).key)
+		})
+	}
+	if len(ops) > limit {
+		ops = ops[:limit]
+	}
+	_, info := porcupine.CheckOperationsVerbose(CounterModel, ops, time.Minute)
+	info.AddAnnotations(FaultAnnotations(faults))
+	if err := porcupine.Visualize(CounterModel, info, w); err != nil {
+		return fmt.Errorf("visualize: %w", err)
+	}
+	return nil
+}
+
+// FaultAnnotations turns nemesis start/end events into annotations, one per
+// fault window, tagged "nemesis".
+func FaultAnnotations(faults []history.Event) []porcupine.Annotation {
+	var out []porcupine.Annotation
+	for _, w := range Windows(faults) {
+		out = append(out, porcupine.Annotation{
+			Tag:             "nemesis",
+			Start:           w.Start,
+			End:             w.End,
+			Description:     w.F,
+			Details:         fmt.Sprintf("%s %v: %s", w.F, w.Targets, w.Detail),
+			BackgroundColor: "#f6d5d5",
+		})
+	}
+	return out
+}
+
+// Window is one fault, from its start event to its end event.
+type Window struct {
+	F       string   `json:"f"`
+	Targets []string `json:"targets"`
+	Detail  string   `json:"detail,omitempty"`
+	Start   int64    `json:"start"`
+	// End is the heal time; a fault never healed in the history ends at the
+	// last event seen.
+	End int64 `json:"end"`
+}
+
+// Windows pairs nemesis start and end events. A start is matched with the
+// next end of the same fault and targets.
+func Windows(faults []history.Event) []Window {
+	var (
+		out  []Window
+		last int64
+	)
+	open := make(map[string][]int)
+	for _, e := range faults {
+		last = max(last, e.Time)
+		k := fmt.Sprint(e.F, e.Targets)
+		switch e.Phase {
+		case history.PhaseStart:
+			open[k] = append(open[k], len(out))
+			out = append(out, Window{F: e.F, Targets: e.Targets, Detail: e.Detail, Start: e.Time, End: -1})
+		case history.PhaseEnd:
+			if q := open[k]; len(q) > 0 {
+				out[q[0]].End = e.Time
+				open[k] = q[1:]
+			}
+		}
+	}
+	for i := range out {
+		if out[i].End < 0 {
+			out[i].End = last
+		}
+	}
+	return out
+}

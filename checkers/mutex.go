@@ -1,0 +1,178 @@
+package checkers
+
+import (
+	"context"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+// Hold is one client's hold of a key's lock, as the client saw it.
+type Hold struct {
+	ID     int64  `json:"id"`
+	Client string `json:"client"`
+	Key    string `json:"key"`
+	Token  uint64 `json:"token"`
+	// Start is when the lock was granted; End when the client released it
+	// (or, without a release, when its operation ended).
+	Start int64 `json:"start"`
+	End   int64 `json:"end"`
+	// WriteAt is when the client sent its write (0 if it did not write).
+	WriteAt int64 `json:"write_at,omitempty"`
+	// Outcome is the operation's completion type.
+	Outcome history.Type `json:"outcome"`
+	// Error is the operation's error kind, if any.
+	Error string `json:"error,omitempty"`
+}
+
+// Holds extracts every hold from a history, in order of start.
+func Holds(in Input) []Hold {
+	var hs []Hold
+	for _, op := range in.Ops {
+		c := op.Complete
+		if op.Invoke.F != history.FCriticalSection || c == nil || c.Acquired == 0 {
+			continue
+		}
+		end := c.Released
+		if end == 0 {
+			end = c.Time
+		}
+		hs = append(hs, Hold{
+			ID: op.Invoke.ID, Client: op.Invoke.Client, Key: op.Invoke.Key, Token: c.Token,
+			Start: c.Acquired, End: max(end, c.Acquired), WriteAt: c.WriteAt,
+			Outcome: c.Type, Error: c.Error,
+		})
+	}
+	sort.SliceStable(hs, func(i, j int) bool { return hs[i].Start < hs[j].Start })
+	return hs
+}
+
+// Mutex reports overlapping holds: two clients that both believed they held
+// the same key's lock at the same moment. With expiring leases this happens
+// whenever a holder outlives its lease (a pause, a partition, a skewed
+// clock); it is a fact about the lock, not a data anomaly, so it does not
+// judge the run.
+type Mutex struct{}
+
+// Name implements [Checker].
+func (Mutex) Name() string { return "mutex" }
+
+// Overlap is a pair of holds on the same key that overlapped in time.
+type Overlap struct {
+	Key      string        `json:"key"`
+	First    Hold          `json:"first"`
+	Second   Hold          `json:"second"`
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// MutexDetails is the mutex section of results.json.
+type MutexDetails struct {
+	Holds    int           `json:"holds"`
+	Overlaps int           `json:"overlaps"`
+	Longest  time.Duration `json:"longest_overlap_ns"`
+	// Examples are the first overlaps found (at most 10).
+	Examples []Overlap `json:"examples,omitempty"`
+}
+
+// Check implements [Checker].
+func (Mutex) Check(_ context.Context, in Input) Result {
+	d := &MutexDetails{}
+	byKey := map[string][]Hold{}
+	for _, h := range Holds(in) {
+		byKey[h.Key] = append(byKey[h.Key], h)
+		d.Holds++
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		hs := byKey[k]
+		// Sweep in start order, keeping the holds still open.
+		var open []Hold
+		for _, h := range hs {
+			open = slices.DeleteFunc(open, func(o Hold) bool { return o.End <= h.Start })
+			for _, o := range open {
+				ov := time.Duration(min(o.End, h.End) - h.Start)
+				d.Overlaps++
+				d.Longest = max(d.Longest, ov)
+				if len(d.Examples) < 10 {
+					d.Examples = append(d.Examples, Overlap{Key: k, First: o, Second: h, Duration: ov})
+				}
+			}
+			open = append(open, h)
+		}
+	}
+	return Result{Verdict: Valid, Judges: false, Details: d}
+}
+
+// Fencing reports on fencing tokens: late writes (a write sent after a newer
+// holder of the same key was granted the lock), how many of them the store
+// stopped and how many it accepted, and whether tokens rose with grant order.
+// It does not judge the run: the data checkers do.
+type Fencing struct{}
+
+// Name implements [Checker].
+func (Fencing) Name() string { return "fencing" }
+
+// FencingDetails is the fencing section of results.json.
+type FencingDetails struct {
+	// LateWrites counts writes sent after a newer holder was granted.
+	LateWrites int `json:"late_writes"`
+	// LateAccepted counts late writes the store accepted (data at risk);
+	// LateRejected those it refused (fencing at work).
+	LateAccepted int `json:"late_accepted"`
+	LateRejected int `json:"late_rejected"`
+	// Rejections counts every fenced write refused as stale.
+	Rejections int `json:"rejections"`
+	// NonMonotonic counts grants whose token was not greater than the
+	// previous grant's on the same key.
+	NonMonotonic int `json:"non_monotonic_tokens"`
+	// Examples lists the first late writes.
+	Examples []Overlap `json:"examples,omitempty"`
+}
+
+// Check implements [Checker].
+func (Fencing) Check(_ context.Context, in Input) Result {
+	d := &FencingDetails{}
+	byKey := map[string][]Hold{}
+	for _, h := range Holds(in) {
+		byKey[h.Key] = append(byKey[h.Key], h)
+		if h.Error == history.ErrStaleToken {
+			d.Rejections++
+		}
+	}
+	for _, hs := range byKey {
+		for i := 1; i < len(hs); i++ {
+			if hs[i].Token != 0 && hs[i].Token <= hs[i-1].Token {
+				d.NonMonotonic++
+			}
+		}
+		for _, w := range hs {
+			if w.WriteAt == 0 {
+				continue
+			}
+			// The first grant after this hold's (holds are in start order)
+			// is the one to have come before the write, if any did.
+			j := sort.Search(len(hs), func(j int) bool { return hs[j].Start > w.Start })
+			if j == len(hs) || hs[j].Start >= w.WriteAt {
+				continue
+			}
+			n := hs[j]
+			d.LateWrites++
+			switch {
+			case w.Error == history.ErrStaleToken:
+				d.LateRejected++
+			case w.Outcome == history.OK:
+				d.LateAccepted++
+			}
+			if len(d.Examples) < 10 {
+				d.Examples = append(d.Examples, Overlap{Key: w.Key, First: w, Second: n, Duration: time.Duration(w.WriteAt - n.Start)})
+			}
+		}
+	}
+	return Result{Verdict: Valid, Judges: false, Details: d}
+}

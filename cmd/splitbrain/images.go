@@ -1,0 +1,52 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/splitbrain/splitbrain/harness/images"
+	"github.com/splitbrain/splitbrain/harness/runtime/docker"
+)
+
+func newImagesCmd(g *globalFlags) *cobra.Command {
+	cmd := &cobra.Command{Use: "images", Short: "Build splitbrain's container images (no registry needed)"}
+	var roles []string
+	build := &cobra.Command{
+		Use:   "build",
+		Short: "Build missing images: a Debian base by debootstrap (needs root), then one image per role",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			for _, r := range roles {
+				if !slices.Contains(images.Roles, r) {
+					return &usageError{fmt.Errorf("--roles: unknown role %q (known: %s)", r, strings.Join(images.Roles, ", "))}
+				}
+			}
+			cli, err := docker.Connect(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer cli.Close()
+			b := images.NewBuilder(cli, log)
+			b.Progress = cmd.ErrOrStderr()
+			configureImages(b)
+			tags, err := b.Ensure(cmd.Context(), roles)
+			if err != nil {
+				return err
+			}
+			for _, r := range roles {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s\t%s\n", r, tags[r])
+			}
+			return nil
+		},
+	}
+	build.Flags().StringSliceVar(&roles, "roles", images.Roles, "roles to build")
+	cmd.AddCommand(build)
+	return cmd
+}

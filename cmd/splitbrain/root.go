@@ -1,0 +1,138 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/harness"
+)
+
+// Exit codes.
+const (
+	exitValid    = 0
+	exitInvalid  = 1
+	exitUnknown  = 2
+	exitBadInput = 254
+	exitHarness  = 255
+)
+
+// exitError carries an exit code up to main.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// verdictError ends a command with the exit code of a verdict, without a
+// message (the verdict was printed).
+func verdictCode(v checkers.Verdict) int {
+	switch v {
+	case checkers.Valid:
+		return exitValid
+	case checkers.Invalid:
+		return exitInvalid
+	default:
+		return exitUnknown
+	}
+}
+
+// execute runs the CLI and returns the process exit code. Errors are
+// printed as one line, never a stack trace.
+func execute(args []string, stdout, stderr io.Writer) int {
+	root := newRootCmd(stdout, stderr)
+	root.SetArgs(args)
+	if _, _, err := root.Find(args); err != nil {
+		fmt.Fprintf(stderr, "splitbrain: %s (see --help)\n", oneLine(err))
+		return exitBadInput
+	}
+	err := root.ExecuteContext(context.Background())
+	if err == nil {
+		return exitValid
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		if ee.err != nil {
+			fmt.Fprintf(stderr, "splitbrain: %s\n", oneLine(ee.err))
+		}
+		return ee.code
+	}
+	fmt.Fprintf(stderr, "splitbrain: %s\n", oneLine(err))
+	if harness.IsBadInput(err) || isUsageError(err) {
+		return exitBadInput
+	}
+	return exitHarness
+}
+
+func oneLine(err error) string {
+	s := err.Error()
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i] + " …"
+	}
+	return s
+}
+
+// usageError marks errors from parsing the command line.
+type usageError struct{ err error }
+
+func (e *usageError) Error() string { return e.err.Error() + " (see --help)" }
+func (e *usageError) Unwrap() error { return e.err }
+
+func isUsageError(err error) bool {
+	var ue *usageError
+	return errors.As(err, &ue)
+}
+
+type globalFlags struct {
+	logLevel string
+}
+
+func (g *globalFlags) logger(w io.Writer) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(g.logLevel)); err != nil {
+		return nil, &usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)}
+	}
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
+	g := &globalFlags{}
+	root := &cobra.Command{
+		Use:           "splitbrain",
+		Short:         "Fault-injection harness for distributed lock backends",
+		Long:          "splitbrain brings up lock backends in containers, drives clients that take a lock and write a\nprotected counter, injects pauses and other faults, and checks the history with Porcupine.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
+	root.AddCommand(
+		newRunCmd(g),
+		newCheckCmd(g),
+		newImagesCmd(g),
+		newCleanCmd(g),
+		newAgentCmd(g),
+		newStoreCmd(g),
+	)
+	return root
+}
+
+// exactArgs is cobra.ExactArgs with a usage error.
+func exactArgs(n int) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := cobra.ExactArgs(n)(cmd, args); err != nil {
+			return &usageError{err}
+		}
+		return nil
+	}
+}

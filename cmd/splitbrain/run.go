@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/harness"
+	"github.com/splitbrain/splitbrain/harness/images"
+	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/harness/runtime/docker"
+	"github.com/splitbrain/splitbrain/targets/catalog"
+)
+
+func newRunCmd(g *globalFlags) *cobra.Command {
+	cfg := harness.DefaultConfig()
+	var recipeOpts []string
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Run one test: bring up a backend, drive clients under faults, check the history",
+		Example: "  splitbrain run --target redis --workload unfenced-counter --nemesis pause --time-limit 30s\n" +
+			"  splitbrain run --target redis --workload fenced-counter --nemesis pause --seed 42",
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			log, err := g.logger(cmd.ErrOrStderr())
+			if err != nil {
+				return err
+			}
+			if cfg.RecipeOptions, err = parseKV(recipeOpts); err != nil {
+				return &usageError{err}
+			}
+			return runTest(cmd.Context(), cfg, log, cmd.OutOrStdout(), cmd.ErrOrStderr())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Target, "target", cfg.Target, "lock backend: "+strings.Join(catalog.TargetNames(), ", "))
+	f.StringVar(&cfg.Workload, "workload", cfg.Workload, "workload: unfenced-counter, fenced-counter")
+	f.StringVar(&cfg.Nemesis, "nemesis", cfg.Nemesis, "comma-separated faults: pause, none")
+	f.DurationVar(&cfg.TimeLimit, "time-limit", cfg.TimeLimit, "length of the test phase")
+	f.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "number of client agents (one container each)")
+	f.IntVar(&cfg.Keys, "keys", cfg.Keys, "number of independent counters (locks)")
+	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", cfg.LeaseTTL, "lock lease time to live")
+	f.DurationVar(&cfg.Work, "work", cfg.Work, "time a holder works between its read and its write")
+	f.DurationVar(&cfg.NemesisInterval, "nemesis-interval", cfg.NemesisInterval, "mean quiet time between faults")
+	f.DurationVar(&cfg.FaultMin, "fault-min", 0, "shortest fault (default: lease TTL + 1s)")
+	f.DurationVar(&cfg.FaultMax, "fault-max", 0, "longest fault (default: 2 x lease TTL + 1s)")
+	f.StringVar(&cfg.PauseTargets, "pause-targets", cfg.PauseTargets, "weights of what pause stops: holder, client, node, store")
+	f.DurationVar(&cfg.AcquireTimeout, "acquire-timeout", cfg.AcquireTimeout, "how long a client waits for a lock")
+	f.DurationVar(&cfg.StoreTimeout, "store-timeout", cfg.StoreTimeout, "timeout of each counter-store request")
+	f.DurationVar(&cfg.OpTimeout, "op-timeout", cfg.OpTimeout, "how long the harness waits for one operation")
+	f.DurationVar(&cfg.CheckTimeout, "check-timeout", cfg.CheckTimeout, "bound on the linearizability check (past it: unknown)")
+	f.Uint64Var(&cfg.Seed, "seed", 0, "seed for the fault schedule and client choices (0: random, recorded)")
+	f.StringVar(&cfg.ResultsDir, "results", cfg.ResultsDir, "directory for run results")
+	f.BoolVar(&cfg.Keep, "keep", false, "leave containers and the network after the run")
+	f.StringArrayVar(&recipeOpts, "recipe-opt", nil, "lock recipe option key=value (repeatable), e.g. expiry=none")
+	return cmd
+}
+
+func parseKV(kvs []string) (map[string]string, error) {
+	if len(kvs) == 0 {
+		return nil, nil
+	}
+	out := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("--recipe-opt %q: want key=value", kv)
+		}
+		out[k] = v
+	}
+	return out, nil
+}
+
+// interrupts returns a soft context, cancelled by the first SIGINT or
+// SIGTERM (finish properly), and a hard one, cancelled by the second (clean
+// up now).
+func interrupts(parent context.Context, log *slog.Logger) (soft, hard context.Context, stop func()) {
+	soft, cancelSoft := context.WithCancel(parent)
+	hard, cancelHard := context.WithCancel(context.WithoutCancel(parent))
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		select {
+		case s := <-sigs:
+			log.Warn("interrupted: ending the test, healing faults, checking (interrupt again to clean up now)", "signal", s.String())
+			cancelSoft()
+		case <-hard.Done():
+			return
+		}
+		select {
+		case s := <-sigs:
+			log.Warn("interrupted again: cleaning up now", "signal", s.String())
+			cancelHard()
+		case <-hard.Done():
+		}
+	}()
+	return soft, hard, func() { signal.Stop(sigs); cancelSoft(); cancelHard() }
+}
+
+// dockerDeps wires the harness to the Docker engine.
+func dockerDeps(ctx context.Context, log *slog.Logger, progress io.Writer) (harness.Deps, func(), error) {
+	cli, err := docker.Connect(ctx)
+	if err != nil {
+		return harness.Deps{}, nil, err
+	}
+	b := images.NewBuilder(cli, log)
+	b.Progress = progress
+	configureImages(b)
+	deps := harness.Deps{
+		Targets: catalog.Targets(),
+		Images:  b.Ensure,
+		NewRuntime: func(ctx context.Context, runID string, keep bool, log *slog.Logger) (runtime.Runtime, error) {
+			return docker.New(ctx, cli, docker.Options{RunID: runID, Keep: keep, Log: log})
+		},
+		Log: log,
+	}
+	return deps, func() { cli.Close() }, nil
+}
+
+// configureImages registers the artifacts beyond the splitbrain binary.
+func configureImages(b *images.Builder) {}
+
+func runTest(ctx context.Context, cfg harness.Config, log *slog.Logger, stdout, stderr io.Writer) error {
+	if err := cfg.Validate(catalog.TargetNames()); err != nil {
+		return err
+	}
+	soft, hard, stop := interrupts(ctx, log)
+	defer stop()
+	deps, closeDeps, err := dockerDeps(hard, log, stderr)
+	if err != nil {
+		return err
+	}
+	defer closeDeps()
+	deps.Hard = hard
+	out, err := harness.Run(soft, cfg, deps)
+	if out != nil {
+		printOutcome(stdout, out)
+	}
+	if err != nil {
+		return err
+	}
+	return &exitError{code: verdictCode(out.Results.Valid)}
+}
+
+func printOutcome(w io.Writer, out *harness.Outcome) {
+	r := out.Results
+	fmt.Fprintf(w, "valid: %s\n", r.Valid)
+	if s, ok := r.Checkers["summary"].Details.(*checkers.SummaryDetails); ok {
+		fmt.Fprintf(w, "ops: %d critical sections (%d ok, %d fail, %d unknown); lost updates: %d; fencing rejections: %d\n",
+			s.Ops, s.OK, s.Fail, s.Info, s.LostUpdates, s.Rejections)
+	}
+	if l, ok := r.Checkers["linearizable"].Details.(*checkers.LinearizableDetails); ok {
+		fmt.Fprintf(w, "linearizable: %s (%d ops checked in %v; illegal keys %v)\n", r.Checkers["linearizable"].Verdict, l.Checked, l.Duration.Round(1e6), l.IllegalKeys)
+	}
+	if m, ok := r.Checkers["mutex"].Details.(*checkers.MutexDetails); ok {
+		fmt.Fprintf(w, "overlapping holds: %d (longest %v)\n", m.Overlaps, m.Longest.Round(1e6))
+	}
+	fmt.Fprintf(w, "faults: %d; seed: %d\n", len(r.Faults), r.Seed)
+	for _, e := range r.Errors {
+		fmt.Fprintf(w, "harness error: %s\n", oneLine(fmt.Errorf("%s", e)))
+	}
+	fmt.Fprintf(w, "results: %s\n", out.Dir)
+}

@@ -1,0 +1,175 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/splitbrain/splitbrain/nemesis"
+	"github.com/splitbrain/splitbrain/workloads"
+)
+
+// InputError is a problem with what the user asked for (a flag, a config,
+// a history file). The CLI exits 254 on it.
+type InputError struct{ Err error }
+
+func (e *InputError) Error() string { return e.Err.Error() }
+func (e *InputError) Unwrap() error { return e.Err }
+
+// BadInput wraps err as an InputError.
+func BadInput(format string, args ...any) error {
+	return &InputError{Err: fmt.Errorf(format, args...)}
+}
+
+// IsBadInput reports whether err is (or wraps) an InputError.
+func IsBadInput(err error) bool {
+	var ie *InputError
+	return errors.As(err, &ie)
+}
+
+// Config is everything a run is made of. The zero value is not usable;
+// start from [DefaultConfig].
+type Config struct {
+	Target   string `json:"target"`
+	Workload string `json:"workload"`
+	// Nemesis is a comma-separated list of nemeses ("pause", "none").
+	Nemesis   string        `json:"nemesis"`
+	TimeLimit time.Duration `json:"time_limit_ns"`
+	// Concurrency is the number of client agents.
+	Concurrency int `json:"concurrency"`
+	// Keys is the number of independent counters.
+	Keys int `json:"keys"`
+	// LeaseTTL is the lock's time to live.
+	LeaseTTL time.Duration `json:"lease_ttl_ns"`
+	// Work is the time a holder spends between its read and its write.
+	Work time.Duration `json:"work_ns"`
+	// NemesisInterval is the mean quiet time between faults.
+	NemesisInterval time.Duration `json:"nemesis_interval_ns"`
+	// FaultMin and FaultMax bound each fault's length; zero derives them
+	// from the lease TTL (a pause must outlive the lease to matter).
+	FaultMin time.Duration `json:"fault_min_ns"`
+	FaultMax time.Duration `json:"fault_max_ns"`
+	// PauseTargets weighs the pause nemesis's target groups
+	// ("holder=2,node=1").
+	PauseTargets   string        `json:"pause_targets"`
+	AcquireTimeout time.Duration `json:"acquire_timeout_ns"`
+	StoreTimeout   time.Duration `json:"store_timeout_ns"`
+	// OpTimeout is how long the harness waits for one operation.
+	OpTimeout time.Duration `json:"op_timeout_ns"`
+	// CheckTimeout bounds the linearizability check.
+	CheckTimeout time.Duration `json:"check_timeout_ns"`
+	// Seed makes the schedule and client choices reproducible; zero picks
+	// one (recorded in results.json).
+	Seed uint64 `json:"seed"`
+	// ResultsDir is where run directories are created.
+	ResultsDir string `json:"results_dir"`
+	// Keep leaves the containers and network after the run.
+	Keep bool `json:"keep"`
+	// RecipeOptions are lock-recipe switches (anti-patterns).
+	RecipeOptions map[string]string `json:"recipe_options,omitempty"`
+}
+
+// DefaultConfig is a 30 s Redis unfenced-counter run under pauses.
+func DefaultConfig() Config {
+	return Config{
+		Target:          "redis",
+		Workload:        workloads.UnfencedCounter,
+		Nemesis:         "pause",
+		TimeLimit:       30 * time.Second,
+		Concurrency:     5,
+		Keys:            3,
+		LeaseTTL:        2 * time.Second,
+		Work:            100 * time.Millisecond,
+		NemesisInterval: 3 * time.Second,
+		PauseTargets:    "holder=3,node=1",
+		AcquireTimeout:  5 * time.Second,
+		StoreTimeout:    time.Second,
+		OpTimeout:       30 * time.Second,
+		CheckTimeout:    time.Minute,
+		ResultsDir:      "results",
+	}
+}
+
+// Schedule is the nemesis schedule the config asks for.
+func (c Config) Schedule() nemesis.Schedule {
+	lo, hi := c.FaultMin, c.FaultMax
+	if lo == 0 {
+		lo = c.LeaseTTL + time.Second
+	}
+	if hi == 0 {
+		hi = max(lo, 2*c.LeaseTTL+time.Second)
+	}
+	return nemesis.Schedule{Interval: c.NemesisInterval, MinDuration: lo, MaxDuration: hi}
+}
+
+// Validate returns an InputError naming the first problem.
+func (c Config) Validate(targetNames []string) error {
+	switch {
+	case !slices.Contains(targetNames, c.Target):
+		return BadInput("unknown target %q (known: %s)", c.Target, strings.Join(targetNames, ", "))
+	case !slices.Contains(workloads.Names(), c.Workload):
+		return BadInput("unknown workload %q (known: %s)", c.Workload, strings.Join(workloads.Names(), ", "))
+	case c.TimeLimit <= 0:
+		return BadInput("--time-limit must be positive, got %v", c.TimeLimit)
+	case c.Concurrency < 1 || c.Concurrency > 200:
+		return BadInput("--concurrency must be 1..200, got %d", c.Concurrency)
+	case c.Keys < 1:
+		return BadInput("--keys must be at least 1, got %d", c.Keys)
+	case c.LeaseTTL <= 0:
+		return BadInput("--lease-ttl must be positive, got %v", c.LeaseTTL)
+	case c.Work < 0:
+		return BadInput("--work must not be negative, got %v", c.Work)
+	case c.AcquireTimeout <= 0 || c.StoreTimeout <= 0 || c.OpTimeout <= 0 || c.CheckTimeout <= 0:
+		return BadInput("timeouts must be positive")
+	case c.ResultsDir == "":
+		return BadInput("--results must name a directory")
+	}
+	if err := c.Schedule().Validate(); err != nil {
+		return BadInput("%v (check --nemesis-interval, --fault-min, --fault-max)", err)
+	}
+	if _, err := nemesis.Weights(c.PauseTargets, nemesis.PauseGroups); err != nil {
+		return BadInput("--pause-targets: %v", err)
+	}
+	if _, err := nemesis.Parse(c.Nemesis, Nemeses(c)); err != nil {
+		return BadInput("--nemesis: %v", err)
+	}
+	return checkWritable(c.ResultsDir)
+}
+
+// checkWritable makes sure dir exists (creating it) and can be written.
+func checkWritable(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return BadInput("results directory %s cannot be created (choose another with --results): %v", dir, err)
+	}
+	f, err := os.CreateTemp(dir, ".probe-")
+	if err != nil {
+		return BadInput("results directory %s is not writable (fix its permissions or choose another with --results): %v", dir, err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return nil
+}
+
+// Nemeses returns the nemeses a config can name.
+func Nemeses(c Config) map[string]nemesis.Nemesis {
+	weights, err := nemesis.Weights(c.PauseTargets, nemesis.PauseGroups)
+	if err != nil {
+		weights = map[string]int{nemesis.GroupHolder: 1}
+	}
+	return map[string]nemesis.Nemesis{
+		"pause": &nemesis.Pause{Weights: weights, HolderWait: time.Second},
+	}
+}
+
+// runDirName is the results directory of a run: target-workload-nemesis.
+func (c Config) runDirName() string {
+	nem := strings.ReplaceAll(c.Nemesis, ",", "+")
+	if nem == "" {
+		nem = "none"
+	}
+	return filepath.Join(c.ResultsDir, fmt.Sprintf("%s-%s-%s", c.Target, c.Workload, nem))
+}

@@ -1,0 +1,174 @@
+package images
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ModulePath is splitbrain's Go module path.
+const ModulePath = "github.com/splitbrain/splitbrain"
+
+// FindSource returns the repository root: the nearest directory at or
+// above dir whose go.mod declares ModulePath.
+func FindSource(dir string) (string, bool) {
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && bytes.HasPrefix(bytes.TrimSpace(b), []byte("module "+ModulePath+"\n")) {
+			return dir, true
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", false
+		}
+		dir = parent
+	}
+}
+
+func (b *Builder) source() (string, bool) {
+	if b.Source != "" {
+		return b.Source, true
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", false
+	}
+	return FindSource(wd)
+}
+
+// TreeHash hashes the files under root that a Go build of it may read
+// (sources and embedded files; not tests, Markdown, docs, test data,
+// results, hidden or nested-module directories). skip lists extra
+// directories (relative to root) to leave out.
+func TreeHash(root string, skip ...string) (string, error) {
+	h := sha256.New()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		if d.IsDir() {
+			if rel == "." {
+				return nil
+			}
+			name := d.Name()
+			if strings.HasPrefix(name, ".") || name == "testdata" || name == "results" || name == "docs" || slices.Contains(skip, rel) {
+				return filepath.SkipDir
+			}
+			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
+				return filepath.SkipDir // a module of its own
+			}
+			return nil
+		}
+		name := d.Name()
+		if strings.HasSuffix(name, "_test.go") || strings.HasSuffix(name, ".md") || !d.Type().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		fmt.Fprintf(h, "%s\x00", filepath.ToSlash(rel))
+		_, err = io.Copy(h, f)
+		return err
+	})
+	if err != nil {
+		return "", fmt.Errorf("hash source %s: %w", root, err)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// GoBuild builds pkg of the module at dir as a static linux binary for this
+// machine's architecture into out.
+func GoBuild(ctx context.Context, dir, pkg, out string, progress func(string, ...any)) error {
+	start := time.Now()
+	progress("go build %s (static, in %s)", pkg, dir)
+	tmp := out + ".tmp"
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", tmp, pkg)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
+	var buf bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &buf, &buf
+	if err := cmd.Run(); err != nil {
+		if _, lerr := exec.LookPath("go"); lerr != nil {
+			return fmt.Errorf("go build %s: the Go toolchain is not on PATH (install Go 1.26): %w", pkg, lerr)
+		}
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, tail(buf.Bytes(), 4000))
+	}
+	if err := os.Rename(tmp, out); err != nil {
+		return fmt.Errorf("go build %s: %w", pkg, err)
+	}
+	progress("go build %s: done in %.1fs", pkg, time.Since(start).Seconds())
+	return nil
+}
+
+// splitbrainBinary returns the static splitbrain binary for images: built
+// from the source tree (cached by its hash), or this executable when it is
+// already static.
+func (b *Builder) splitbrainBinary(ctx context.Context) (Artifact, error) {
+	art := Artifact{Name: "splitbrain", Dest: "/usr/local/bin/splitbrain"}
+	root, ok := b.source()
+	if !ok {
+		self, err := os.Executable()
+		if err != nil || !isStatic(self) {
+			return art, ErrNoSource
+		}
+		art.Path = self
+		return art, nil
+	}
+	sum, err := TreeHash(root)
+	if err != nil {
+		return art, err
+	}
+	dir := filepath.Join(b.CacheDir, "bin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return art, fmt.Errorf("binary cache: %w", err)
+	}
+	art.Path = filepath.Join(dir, "splitbrain-"+runtime.GOARCH+"-"+sum)
+	if _, err := os.Stat(art.Path); err == nil {
+		return art, nil
+	}
+	if err := GoBuild(ctx, root, "./cmd/splitbrain", art.Path, b.progress); err != nil {
+		return art, err
+	}
+	pruneOld(dir, "splitbrain-"+runtime.GOARCH+"-", filepath.Base(art.Path))
+	return art, nil
+}
+
+// pruneOld removes earlier builds named prefix* other than keep.
+func pruneOld(dir, prefix, keep string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if n := e.Name(); strings.HasPrefix(n, prefix) && n != keep && !strings.HasSuffix(n, ".tmp") {
+			os.Remove(filepath.Join(dir, n))
+		}
+	}
+}
+
+// isStatic reports whether the ELF file at path has no program interpreter.
+func isStatic(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false
+		}
+	}
+	return true
+}

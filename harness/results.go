@@ -1,0 +1,149 @@
+package harness
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+// Results is results.json: the verdict first, then everything needed to
+// understand and reproduce the run.
+type Results struct {
+	// Valid is true, false or "unknown".
+	Valid    checkers.Verdict `json:"valid"`
+	RunID    string           `json:"run_id"`
+	Target   string           `json:"target"`
+	Workload string           `json:"workload"`
+	Nemesis  string           `json:"nemesis"`
+	Seed     uint64           `json:"seed"`
+	// Config is every option of the run.
+	Config  Config    `json:"options"`
+	Started time.Time `json:"started"`
+	// Duration is the whole run, setup to check.
+	Duration time.Duration `json:"duration_ns"`
+	// Phases times each phase (setup, test, final, check).
+	Phases map[string]time.Duration `json:"phases_ns"`
+	// Versions are the backend's software versions; Images the image tags.
+	Versions map[string]string `json:"versions,omitempty"`
+	Images   map[string]string `json:"images,omitempty"`
+	Harness  map[string]string `json:"harness"`
+	// Checkers holds each checker's section.
+	Checkers map[string]checkers.Result `json:"checkers"`
+	// Faults lists every fault window.
+	Faults []checkers.Window `json:"faults"`
+	// Metrics are the lock metrics the lock-safety brief asks for.
+	Metrics RunMetrics `json:"metrics"`
+	// History says what was read back from history.jsonl.
+	History history.ReadReport `json:"history"`
+	// Errors lists what went wrong in the harness (not in the target).
+	Errors []string `json:"errors,omitempty"`
+}
+
+func (r *Results) write(path string) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode results: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("write results: %w", err)
+	}
+	return os.Rename(tmp, path)
+}
+
+// updateLatest points resultsDir/latest at dir (relative, so the tree can
+// be moved).
+func updateLatest(resultsDir, dir string) {
+	rel, err := filepath.Rel(resultsDir, dir)
+	if err != nil {
+		return
+	}
+	link := filepath.Join(resultsDir, "latest")
+	tmp := link + ".tmp"
+	os.Remove(tmp)
+	if err := os.Symlink(rel, tmp); err == nil {
+		_ = os.Rename(tmp, link)
+	}
+}
+
+// Distribution summarizes durations.
+type Distribution struct {
+	Count int           `json:"count"`
+	P50   time.Duration `json:"p50_ns"`
+	P99   time.Duration `json:"p99_ns"`
+	Max   time.Duration `json:"max_ns"`
+}
+
+func distribution(ds []time.Duration) Distribution {
+	if len(ds) == 0 {
+		return Distribution{}
+	}
+	slices.Sort(ds)
+	q := func(p float64) time.Duration { return ds[min(len(ds)-1, int(p*float64(len(ds))))] }
+	return Distribution{Count: len(ds), P50: q(0.50), P99: q(0.99), Max: ds[len(ds)-1]}
+}
+
+// RunMetrics are the lock metrics of a run.
+type RunMetrics struct {
+	// LockWait is how long acquisitions took (granted or not).
+	LockWait Distribution `json:"lock_wait"`
+	// Hold is how long granted locks were held.
+	Hold Distribution `json:"hold"`
+	// RenewFailures counts failed lease renewals.
+	RenewFailures int `json:"renew_failures"`
+	// FencingRejections counts writes the store refused as stale: each is
+	// a late write that fencing stopped.
+	FencingRejections int `json:"fencing_rejections"`
+	// Busy and Unavailable count failed acquisitions by cause.
+	Busy        int `json:"acquire_busy"`
+	Unavailable int `json:"acquire_unavailable"`
+	// OpsPerSecond is completed critical sections per second of test.
+	OpsPerSecond float64 `json:"ops_per_second"`
+}
+
+// Metrics computes a run's lock metrics from its history.
+func Metrics(in checkers.Input) RunMetrics {
+	var (
+		m          RunMetrics
+		wait, hold []time.Duration
+		first      int64 = -1
+		last, n    int64
+	)
+	for _, op := range in.Ops {
+		c := op.Complete
+		if op.Invoke.F != history.FCriticalSection || c == nil {
+			continue
+		}
+		if first < 0 {
+			first = op.Invoke.Time
+		}
+		last = max(last, c.Time)
+		n++
+		if c.Wait > 0 {
+			wait = append(wait, time.Duration(c.Wait))
+		}
+		if c.Hold > 0 {
+			hold = append(hold, time.Duration(c.Hold))
+		}
+		m.RenewFailures += c.RenewFailures
+		switch c.Error {
+		case history.ErrStaleToken:
+			m.FencingRejections++
+		case history.ErrBusy:
+			m.Busy++
+		case history.ErrLockUnavailable:
+			m.Unavailable++
+		}
+	}
+	m.LockWait, m.Hold = distribution(wait), distribution(hold)
+	if last > first && first >= 0 {
+		m.OpsPerSecond = float64(n) / time.Duration(last-first).Seconds()
+	}
+	return m
+}

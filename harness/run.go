@@ -1,0 +1,443 @@
+// Package harness wires a run: it builds the images, brings up the counter
+// store, the target's nodes and the client agents on a runtime, drives the
+// workload while the nemesis injects faults, heals everything, takes the
+// final reads, removes what it started, checks the history and writes the
+// results directory. A run is data flowing through the other packages:
+// targets know backends, nemesis knows faults, workloads drive clients and
+// record, checkers judge.
+//
+// Every path cleans up: normal end, errors, a cancelled context (the first
+// interrupt: heal, final reads, check, clean), the hard context (the second
+// interrupt: clean now) and panics.
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	rt "runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/nemesis"
+	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/store"
+	"github.com/splitbrain/splitbrain/workloads"
+	"github.com/splitbrain/splitbrain/workloads/agent"
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+// Deps are the parts a run is wired from.
+type Deps struct {
+	// Targets maps a target name to its implementation.
+	Targets map[string]targets.Target
+	// NewRuntime creates the run's runtime.
+	NewRuntime func(ctx context.Context, runID string, keep bool, log *slog.Logger) (runtime.Runtime, error)
+	// Images returns the image of each role, building what is missing; nil
+	// for runtimes without images.
+	Images func(ctx context.Context, roles []string) (map[string]string, error)
+	// Hard is cancelled when the user insists on stopping now (a second
+	// interrupt): the run skips to cleanup. Nil means never.
+	Hard context.Context
+	// Log receives the harness's log; it is also written to harness.log in
+	// the run directory.
+	Log *slog.Logger
+	// Now returns the wall-clock time for names and results (nil: time.Now).
+	Now func() time.Time
+}
+
+// Outcome is a finished run.
+type Outcome struct {
+	// Dir is the run's results directory.
+	Dir     string
+	Results *Results
+}
+
+// Roles the harness itself needs besides the target's.
+const (
+	roleStore  = "store"
+	roleClient = "client"
+)
+
+// Run performs one run. Cancelling ctx ends the test phase early but still
+// heals, reads, checks and cleans. The error is nil when the run completed
+// (whatever its verdict); with an error the results directory, if it was
+// created, still holds what was recorded.
+func Run(ctx context.Context, cfg Config, deps Deps) (out *Outcome, err error) {
+	names := make([]string, 0, len(deps.Targets))
+	for n := range deps.Targets {
+		names = append(names, n)
+	}
+	if err := cfg.Validate(names); err != nil {
+		return nil, err
+	}
+	if deps.Hard == nil {
+		deps.Hard = context.WithoutCancel(ctx)
+	}
+	if deps.Now == nil {
+		deps.Now = time.Now
+	}
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = rand.Uint64()
+	}
+	r := &run{cfg: cfg, deps: deps, started: deps.Now().UTC()}
+	if err := r.prepareDir(); err != nil {
+		return nil, err
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			stack := debug.Stack()
+			_ = os.WriteFile(filepath.Join(r.dir, "panic.txt"), append(fmt.Appendf(nil, "panic: %v\n\n", p), stack...), 0o644)
+			err = fmt.Errorf("harness panic: %v (stack in %s)", p, filepath.Join(r.dir, "panic.txt"))
+			r.cleanup()
+			r.finish(err)
+			out = &Outcome{Dir: r.dir, Results: r.res}
+		}
+	}()
+	err = r.execute(ctx)
+	r.cleanup()
+	r.finish(err)
+	return &Outcome{Dir: r.dir, Results: r.res}, err
+}
+
+type run struct {
+	cfg     Config
+	deps    Deps
+	log     *slog.Logger
+	started time.Time
+	runID   string
+	dir     string
+	logFile *os.File
+
+	rt      runtime.Runtime
+	hw      *history.Writer
+	rec     *history.Recorder
+	clients []*workloads.Client
+	env     *nemesis.Env
+	res     *Results
+	phases  map[string]time.Duration
+	errs    []string
+	cleaned bool
+}
+
+func (r *run) prepareDir() error {
+	stamp := r.started.Format("20060102T150405.000Z")
+	stamp = strings.Replace(stamp, ".", "", 1)
+	r.dir = filepath.Join(r.cfg.runDirName(), stamp)
+	if err := os.MkdirAll(filepath.Join(r.dir, "logs"), 0o755); err != nil {
+		return BadInput("create results directory %s (check --results): %v", r.dir, err)
+	}
+	r.runID = fmt.Sprintf("%s-%04x", r.started.Format("150405"), rand.Uint32()&0xffff)
+	f, err := os.Create(filepath.Join(r.dir, "harness.log"))
+	if err != nil {
+		return BadInput("create harness log in %s: %v", r.dir, err)
+	}
+	r.logFile = f
+	r.log = slog.New(tee{r.deps.Log.Handler(), slog.NewTextHandler(f, &slog.HandlerOptions{Level: slog.LevelDebug})}).With("run", r.runID)
+	r.phases = map[string]time.Duration{}
+	r.res = &Results{
+		Valid: checkers.Unknown, RunID: r.runID, Target: r.cfg.Target, Workload: r.cfg.Workload,
+		Nemesis: r.cfg.Nemesis, Seed: r.cfg.Seed, Config: r.cfg, Started: r.started,
+		Harness: map[string]string{"go": rt.Version(), "os": rt.GOOS + "/" + rt.GOARCH},
+	}
+	updateLatest(r.cfg.ResultsDir, r.dir)
+	return nil
+}
+
+func (r *run) phase(name string, f func() error) error {
+	start := time.Now()
+	err := f()
+	r.phases[name] = time.Since(start)
+	r.log.Info("phase done", "phase", name, "took", time.Since(start).Round(time.Millisecond), "err", err)
+	return err
+}
+
+func (r *run) execute(ctx context.Context) error {
+	target := r.deps.Targets[r.cfg.Target]
+	wl, err := workloads.New(r.cfg.Workload, workloads.CounterOptions{
+		Keys: r.cfg.Keys, OpTimeout: r.cfg.OpTimeout, Seed: r.cfg.Seed, Log: r.log,
+	})
+	if err != nil {
+		return &InputError{Err: err}
+	}
+	nems, err := nemesis.Parse(r.cfg.Nemesis, Nemeses(r.cfg))
+	if err != nil {
+		return &InputError{Err: err}
+	}
+	hard := r.deps.Hard
+	if r.hw, err = history.Create(filepath.Join(r.dir, "history.jsonl")); err != nil {
+		return err
+	}
+	r.rec = history.NewRecorder(r.hw, history.NewMonotonicClock())
+
+	var (
+		imgs    map[string]string
+		cluster targets.Cluster
+	)
+	err = r.phase("setup", func() error {
+		roles := append([]string{roleStore, roleClient}, target.Roles()...)
+		if r.deps.Images != nil {
+			if imgs, err = r.deps.Images(hard, roles); err != nil {
+				return fmt.Errorf("images: %w", err)
+			}
+			r.res.Images = imgs
+		}
+		if r.rt, err = r.deps.NewRuntime(hard, r.runID, r.cfg.Keep, r.log); err != nil {
+			return fmt.Errorf("runtime: %w", err)
+		}
+		storeNode, storeAddr, err := store.Deploy(hard, r.rt, imgs[roleStore])
+		if err != nil {
+			return err
+		}
+		cluster, err = target.Start(hard, r.rt, targets.Options{Images: imgs, TTL: r.cfg.LeaseTTL, RecipeOptions: r.cfg.RecipeOptions, Log: r.log})
+		if err != nil {
+			return fmt.Errorf("start %s: %w", r.cfg.Target, err)
+		}
+		r.res.Versions = cluster.Versions(hard)
+		clientNodes, err := r.startClients(hard, imgs[roleClient], cluster.Recipe(), storeAddr)
+		if err != nil {
+			return err
+		}
+		r.env = &nemesis.Env{Nodes: cluster.Nodes(), Store: storeNode, Clients: clientNodes, InCriticalSection: wl.InCriticalSection}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted during setup: %w", ctx.Err())
+	}
+
+	r.log.Info("test phase", "time_limit", r.cfg.TimeLimit, "clients", len(r.clients), "nemesis", r.cfg.Nemesis, "seed", r.cfg.Seed)
+	err = r.phase("test", func() error {
+		tctx, cancel := context.WithTimeout(ctx, r.cfg.TimeLimit)
+		defer cancel()
+		// The hard context aborts the test phase too.
+		stop := context.AfterFunc(hard, cancel)
+		defer stop()
+		var g errgroup.Group
+		g.Go(func() error { return wl.Run(tctx, r.clients, r.rec) })
+		g.Go(func() error {
+			rng := rand.New(rand.NewPCG(r.cfg.Seed, 0x6e656d))
+			return nemesis.Run(tctx, nems, r.env, r.cfg.Schedule(), rng, r.rec, r.log)
+		})
+		return g.Wait()
+	})
+	if err != nil {
+		r.errs = append(r.errs, err.Error())
+	}
+	r.healAll(hard)
+	if hard.Err() != nil {
+		return fmt.Errorf("aborted: %w", hard.Err())
+	}
+	ferr := r.phase("final", func() error {
+		fctx, cancel := context.WithTimeout(hard, 30*time.Second)
+		defer cancel()
+		return wl.Final(fctx, r.clients, r.rec)
+	})
+	if ferr != nil {
+		r.errs = append(r.errs, ferr.Error())
+	}
+	return err
+}
+
+// startClients starts, configures and clock-syncs the client agents.
+func (r *run) startClients(ctx context.Context, image string, recipe targets.RecipeConfig, storeAddr string) ([]runtime.Node, error) {
+	cfg := agent.Config{
+		Recipe: recipe, Store: storeAddr,
+		StoreTimeout:   targets.Duration(r.cfg.StoreTimeout),
+		AcquireTimeout: targets.Duration(r.cfg.AcquireTimeout),
+		ReleaseTimeout: targets.Duration(r.cfg.StoreTimeout),
+		Work:           targets.Duration(r.cfg.Work),
+	}
+	nodes := make([]runtime.Node, r.cfg.Concurrency)
+	r.clients = make([]*workloads.Client, r.cfg.Concurrency)
+	var g errgroup.Group
+	g.SetLimit(4)
+	for i := range r.cfg.Concurrency {
+		name := "c" + strconv.Itoa(i+1)
+		g.Go(func() error {
+			n, err := r.rt.Start(ctx, runtime.NodeSpec{
+				Name: name, Role: roleClient, Image: image, Interactive: true,
+				Cmd:  []string{"/usr/local/bin/splitbrain", "agent"},
+				Caps: []string{runtime.CapNetAdmin},
+			})
+			if err != nil {
+				return fmt.Errorf("start client %s: %w", name, err)
+			}
+			con, ok := n.(runtime.Console)
+			if !ok {
+				return fmt.Errorf("client %s: runtime %s gives no console", name, r.rt.Name())
+			}
+			stdin, stdout := con.Stdio()
+			c := workloads.NewClient(name, i, stdin, stdout, r.rec.Clock())
+			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			defer cancel()
+			ccfg := cfg
+			ccfg.Client = name
+			if err := c.Configure(cctx, ccfg); err != nil {
+				return err
+			}
+			if err := c.Sync(cctx); err != nil {
+				return err
+			}
+			nodes[i], r.clients[i] = n, c
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return nodes, nil
+}
+
+// healAll resumes every node, whatever the nemesis believes: a fault must
+// never outlive the test phase.
+func (r *run) healAll(ctx context.Context) {
+	if r.rt == nil {
+		return
+	}
+	hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	for _, n := range r.rt.Nodes() {
+		if err := n.Signal(hctx, syscall.SIGCONT); err != nil {
+			r.log.Debug("resume at heal", "node", n.Name(), "err", err)
+		}
+	}
+}
+
+// cleanup collects logs and removes the run's nodes. It runs once, on
+// every path, with its own deadline.
+func (r *run) cleanup() {
+	if r.cleaned {
+		return
+	}
+	r.cleaned = true
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, c := range r.clients {
+		if c != nil {
+			_ = c.Close()
+		}
+	}
+	if r.rt != nil {
+		r.healAll(ctx)
+		for _, n := range r.rt.Nodes() {
+			if err := writeLog(ctx, n, filepath.Join(r.dir, "logs", n.Name()+".log")); err != nil {
+				r.log.Warn("collect log", "node", n.Name(), "err", err)
+			}
+		}
+		if err := r.rt.Close(ctx); err != nil {
+			r.errs = append(r.errs, "cleanup: "+err.Error())
+			r.log.Error("cleanup", "err", err)
+		}
+	}
+	if r.hw != nil {
+		if err := r.hw.Close(); err != nil {
+			r.log.Warn("close history", "err", err)
+		}
+	}
+}
+
+func writeLog(ctx context.Context, n runtime.Node, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return n.Logs(ctx, f)
+}
+
+// finish checks the history and writes results.json and the
+// visualization; runErr (if any) is recorded and the verdict is then at
+// best unknown.
+func (r *run) finish(runErr error) {
+	defer r.logFile.Close()
+	if runErr != nil {
+		r.errs = append(r.errs, runErr.Error())
+	}
+	start := time.Now()
+	ev, rep, err := history.ReadFile(filepath.Join(r.dir, "history.jsonl"))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		r.errs = append(r.errs, "read history: "+err.Error())
+	}
+	r.res.History = rep
+	in := checkers.NewInput(ev)
+	lin := checkers.NewLinearizable(checkers.LinearizableOptions{Timeout: r.cfg.CheckTimeout})
+	report := checkers.Check(context.WithoutCancel(r.deps.Hard), in, lin, checkers.Summary{}, checkers.Mutex{}, checkers.Fencing{})
+	r.phases["check"] = time.Since(start)
+	r.res.Checkers = report.Checkers
+	r.res.Valid = report.Valid
+	if runErr != nil && r.res.Valid == checkers.Valid {
+		r.res.Valid = checkers.Unknown // an aborted run proves nothing
+	}
+	r.res.Faults = checkers.Windows(in.Faults)
+	r.res.Metrics = Metrics(in)
+	r.res.Errors = r.errs
+	r.res.Phases = r.phases
+	r.res.Duration = time.Since(r.started)
+	if d, ok := report.Checkers["linearizable"].Details.(*checkers.LinearizableDetails); ok && len(ev) > 0 {
+		if f, err := os.Create(filepath.Join(r.dir, "linearizability.html")); err == nil {
+			if err := d.WriteVisualization(f, in.Faults, 0); err != nil {
+				r.log.Warn("visualization", "err", err)
+			}
+			f.Close()
+		}
+	}
+	if err := r.res.write(filepath.Join(r.dir, "results.json")); err != nil {
+		r.log.Error("write results", "err", err)
+	}
+	r.log.Info("run finished", "valid", r.res.Valid.String(), "dir", r.dir)
+}
+
+// tee fans records out to several handlers.
+type tee []slog.Handler
+
+func (t tee) Enabled(ctx context.Context, l slog.Level) bool {
+	for _, h := range t {
+		if h.Enabled(ctx, l) {
+			return true
+		}
+	}
+	return false
+}
+
+func (t tee) Handle(ctx context.Context, rec slog.Record) error {
+	var errs []error
+	for _, h := range t {
+		if h.Enabled(ctx, rec.Level) {
+			errs = append(errs, h.Handle(ctx, rec.Clone()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (t tee) WithAttrs(as []slog.Attr) slog.Handler {
+	out := make(tee, len(t))
+	for i, h := range t {
+		out[i] = h.WithAttrs(as)
+	}
+	return out
+}
+
+func (t tee) WithGroup(name string) slog.Handler {
+	out := make(tee, len(t))
+	for i, h := range t {
+		out[i] = h.WithGroup(name)
+	}
+	return out
+}

@@ -1,0 +1,471 @@
+// Package docker runs a test's nodes as containers through the Docker
+// Engine API, negotiating the API version (engines of the 1.41 era work).
+//
+// Each run gets one private bridge network with fixed addresses; every
+// container and the network carry the run's labels, so [Clean] can find
+// what a crashed run left behind. A node's main process is the container's
+// PID 1, so signals sent with ContainerKill reach it directly (SIGSTOP
+// freezes a lock holder), and its stdio can be attached as a control channel
+// that the run's network faults never cut.
+package docker
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/splitbrain/splitbrain/harness/runtime"
+)
+
+// ErrDaemon wraps failures to reach the Docker daemon.
+var ErrDaemon = errors.New("docker daemon unreachable")
+
+// Connect returns an Engine API client with version negotiation and checks
+// that the daemon answers.
+func Connect(ctx context.Context) (*client.Client, error) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrDaemon, err)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(pctx); err != nil {
+		cli.Close()
+		host := cli.DaemonHost()
+		return nil, fmt.Errorf("%w at %s (start dockerd, or set DOCKER_HOST): %w", ErrDaemon, host, err)
+	}
+	return cli, nil
+}
+
+// Options configure a Runtime.
+type Options struct {
+	// RunID names the run; it prefixes container names and labels all.
+	RunID string
+	// Keep leaves containers and the network in place at Close.
+	Keep bool
+	Log  *slog.Logger
+}
+
+// Runtime is a run's containers on one Docker engine.
+type Runtime struct {
+	cli  *client.Client
+	opts Options
+
+	mu      sync.Mutex
+	netID   string
+	netName string
+	prefix  netip.Prefix
+	next    netip.Addr
+	addrs   map[string]netip.Addr
+	nodes   []*Node
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New creates the run's network on a free /24 of 10.231.0.0/16.
+func New(ctx context.Context, cli *client.Client, opts Options) (*Runtime, error) {
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	r := &Runtime{cli: cli, opts: opts, addrs: map[string]netip.Addr{}, netName: "splitbrain-" + opts.RunID}
+	if err := r.createNetwork(ctx); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *Runtime) createNetwork(ctx context.Context) error {
+	used, err := r.usedSubnets(ctx)
+	if err != nil {
+		return err
+	}
+	h := fnv.New32a()
+	h.Write([]byte(r.opts.RunID))
+	start := int(h.Sum32() % 256)
+	var lastErr error
+	for i := range 256 {
+		third := (start + i) % 256
+		prefix := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 231, byte(third), 0}), 24)
+		if overlaps(prefix, used) {
+			continue
+		}
+		gw := prefix.Addr().Next()
+		resp, err := r.cli.NetworkCreate(ctx, r.netName, network.CreateOptions{
+			Driver: "bridge",
+			Labels: map[string]string{runtime.LabelRun: r.opts.RunID},
+			IPAM: &network.IPAM{Config: []network.IPAMConfig{{
+				Subnet: prefix.String(), Gateway: gw.String(),
+			}}},
+		})
+		if err != nil {
+			lastErr = err
+			if strings.Contains(err.Error(), "overlap") {
+				continue // another run took it meanwhile
+			}
+			return fmt.Errorf("create network %s: %w", r.netName, err)
+		}
+		r.netID, r.prefix = resp.ID, prefix
+		r.next = gw.Next()
+		r.opts.Log.Debug("network created", "name", r.netName, "subnet", prefix)
+		return nil
+	}
+	return fmt.Errorf("create network %s: no free /24 in 10.231.0.0/16: %w", r.netName, lastErr)
+}
+
+func (r *Runtime) usedSubnets(ctx context.Context) ([]netip.Prefix, error) {
+	nets, err := r.cli.NetworkList(ctx, network.ListOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("list networks: %w", err)
+	}
+	var out []netip.Prefix
+	for _, n := range nets {
+		for _, c := range n.IPAM.Config {
+			if p, err := netip.ParsePrefix(c.Subnet); err == nil {
+				out = append(out, p)
+			}
+		}
+	}
+	return out, nil
+}
+
+func overlaps(p netip.Prefix, used []netip.Prefix) bool {
+	for _, u := range used {
+		if u.Overlaps(p) {
+			return true
+		}
+	}
+	return false
+}
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return "docker" }
+
+// Network is the run's network name; Subnet its address range.
+func (r *Runtime) Network() string { return r.netName }
+
+// Subnet is the run's address range.
+func (r *Runtime) Subnet() netip.Prefix { return r.prefix }
+
+// Reserve implements runtime.Runtime.
+func (r *Runtime) Reserve(name string) (netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a, ok := r.addrs[name]; ok {
+		return a, nil
+	}
+	a := r.next
+	if !r.prefix.Contains(a) || a == netip.AddrFrom4([4]byte{10, 231, r.prefix.Addr().As4()[2], 255}) {
+		return netip.Addr{}, fmt.Errorf("reserve %s: subnet %s is full", name, r.prefix)
+	}
+	r.next = a.Next()
+	r.addrs[name] = a
+	return a, nil
+}
+
+// Start implements runtime.Runtime.
+func (r *Runtime) Start(ctx context.Context, spec runtime.NodeSpec) (runtime.Node, error) {
+	addr, err := r.Reserve(spec.Name)
+	if err != nil {
+		return nil, err
+	}
+	labels := map[string]string{runtime.LabelRun: r.opts.RunID, runtime.LabelRole: spec.Role, runtime.LabelNode: spec.Name}
+	cfg := &container.Config{
+		Image: spec.Image, Cmd: spec.Cmd, Env: spec.Env, Labels: labels, Hostname: spec.Name,
+		OpenStdin: spec.Interactive, StdinOnce: spec.Interactive,
+		AttachStdin: spec.Interactive, AttachStdout: spec.Interactive, AttachStderr: spec.Interactive,
+	}
+	host := &container.HostConfig{
+		NetworkMode: container.NetworkMode(r.netName),
+		CapAdd:      spec.Caps,
+		// No init process: the node's main process must be PID 1 so that
+		// SIGSTOP reaches it (an init would be stopped instead).
+		LogConfig: container.LogConfig{Type: "json-file"},
+	}
+	netCfg := &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
+		r.netName: {IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: addr.String()}},
+	}}
+	name := fmt.Sprintf("sb-%s-%s", r.opts.RunID, spec.Name)
+	resp, err := r.cli.ContainerCreate(ctx, cfg, host, netCfg, nil, name)
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("create %s: image %s is missing (run: splitbrain images build): %w", spec.Name, spec.Image, err)
+		}
+		return nil, fmt.Errorf("create %s: %w", spec.Name, err)
+	}
+	n := &Node{rt: r, id: resp.ID, name: spec.Name, role: spec.Role, addr: addr, spec: spec}
+	r.mu.Lock()
+	r.nodes = append(r.nodes, n)
+	r.mu.Unlock()
+	if err := n.start(ctx); err != nil {
+		return nil, err
+	}
+	r.opts.Log.Debug("node started", "node", spec.Name, "role", spec.Role, "addr", addr)
+	return n, nil
+}
+
+// Nodes implements runtime.Runtime.
+func (r *Runtime) Nodes() []runtime.Node {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]runtime.Node, len(r.nodes))
+	for i, n := range r.nodes {
+		out[i] = n
+	}
+	return out
+}
+
+// Close implements runtime.Runtime: it removes every container and the
+// network, unless Keep was set.
+func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	nodes := r.nodes
+	r.mu.Unlock()
+	for _, n := range nodes {
+		n.closeStdio()
+	}
+	if r.opts.Keep {
+		r.opts.Log.Info("keeping containers and network", "network", r.netName)
+		return nil
+	}
+	var errs []error
+	for _, n := range nodes {
+		if err := r.cli.ContainerRemove(ctx, n.id, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove %s: %w", n.name, err))
+		}
+	}
+	if r.netID != "" {
+		if err := r.cli.NetworkRemove(ctx, r.netID); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove network %s: %w", r.netName, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Clean removes every container and network labelled by a splitbrain run
+// (all runs when runID is empty), returning what it removed.
+func Clean(ctx context.Context, cli *client.Client, runID string) (containers, networks int, err error) {
+	f := filters.NewArgs()
+	if runID == "" {
+		f.Add("label", runtime.LabelRun)
+	} else {
+		f.Add("label", runtime.LabelRun+"="+runID)
+	}
+	cs, err := cli.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		return 0, 0, fmt.Errorf("list containers: %w", err)
+	}
+	var errs []error
+	for _, c := range cs {
+		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove container %s: %w", c.ID[:12], err))
+			continue
+		}
+		containers++
+	}
+	ns, err := cli.NetworkList(ctx, network.ListOptions{Filters: f})
+	if err != nil {
+		return containers, 0, errors.Join(append(errs, fmt.Errorf("list networks: %w", err))...)
+	}
+	for _, n := range ns {
+		if err := cli.NetworkRemove(ctx, n.ID); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove network %s: %w", n.Name, err))
+			continue
+		}
+		networks++
+	}
+	return containers, networks, errors.Join(errs...)
+}
+
+// Node is one container.
+type Node struct {
+	rt   *Runtime
+	id   string
+	name string
+	role string
+	addr netip.Addr
+	spec runtime.NodeSpec
+
+	mu     sync.Mutex
+	stdin  io.WriteCloser
+	stdout io.Reader
+	closer func()
+}
+
+var (
+	_ runtime.Node      = (*Node)(nil)
+	_ runtime.Console   = (*Node)(nil)
+	_ runtime.Restarter = (*Node)(nil)
+)
+
+// Name implements runtime.Node.
+func (n *Node) Name() string { return n.name }
+
+// Role implements runtime.Node.
+func (n *Node) Role() string { return n.role }
+
+// Addr implements runtime.Node.
+func (n *Node) Addr() netip.Addr { return n.addr }
+
+// ID is the container's ID.
+func (n *Node) ID() string { return n.id }
+
+// start attaches stdio (for interactive nodes) and starts the container.
+func (n *Node) start(ctx context.Context) error {
+	if n.spec.Interactive {
+		hj, err := n.rt.cli.ContainerAttach(ctx, n.id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+		if err != nil {
+			return fmt.Errorf("attach %s: %w", n.name, err)
+		}
+		pr, pw := io.Pipe()
+		go func() {
+			_, err := stdcopy.StdCopy(pw, io.Discard, hj.Reader)
+			pw.CloseWithError(err)
+		}()
+		n.mu.Lock()
+		n.stdin, n.stdout = &halfCloser{w: hj.Conn, closeWrite: hj.CloseWrite}, pr
+		n.closer = hj.Close
+		n.mu.Unlock()
+	}
+	if err := n.rt.cli.ContainerStart(ctx, n.id, container.StartOptions{}); err != nil {
+		return fmt.Errorf("start %s: %w", n.name, err)
+	}
+	return nil
+}
+
+// halfCloser is an attached stdin: Close closes only the write side, so the
+// process sees EOF while its output can still be read.
+type halfCloser struct {
+	w          io.Writer
+	closeWrite func() error
+}
+
+func (h *halfCloser) Write(p []byte) (int, error) { return h.w.Write(p) }
+func (h *halfCloser) Close() error                { return h.closeWrite() }
+
+func (n *Node) closeStdio() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closer != nil {
+		n.closer()
+		n.closer = nil
+	}
+}
+
+// Stdio implements runtime.Console.
+func (n *Node) Stdio() (io.WriteCloser, io.Reader) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stdin, n.stdout
+}
+
+// Exec implements runtime.Node.
+func (n *Node) Exec(ctx context.Context, argv []string) (runtime.ExecResult, error) {
+	var res runtime.ExecResult
+	ex, err := n.rt.cli.ContainerExecCreate(ctx, n.id, container.ExecOptions{Cmd: argv, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		return res, fmt.Errorf("exec create in %s: %w", n.name, err)
+	}
+	hj, err := n.rt.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		return res, fmt.Errorf("exec attach in %s: %w", n.name, err)
+	}
+	defer hj.Close()
+	var stdout, stderr bytes.Buffer
+	done := make(chan error, 1)
+	go func() {
+		_, err := stdcopy.StdCopy(&stdout, &stderr, hj.Reader)
+		done <- err
+	}()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		hj.Close()
+		return res, fmt.Errorf("exec %v in %s: %w", argv, n.name, ctx.Err())
+	}
+	if err != nil {
+		return res, fmt.Errorf("exec %v in %s: read output: %w", argv, n.name, err)
+	}
+	res.Stdout, res.Stderr = stdout.Bytes(), stderr.Bytes()
+	insp, err := n.rt.cli.ContainerExecInspect(ctx, ex.ID)
+	if err != nil {
+		return res, fmt.Errorf("exec inspect in %s: %w", n.name, err)
+	}
+	res.ExitCode = insp.ExitCode
+	if res.ExitCode != 0 {
+		return res, fmt.Errorf("exit %d: %w", res.ExitCode, runtime.ErrExit)
+	}
+	return res, nil
+}
+
+// Signal implements runtime.Node.
+func (n *Node) Signal(ctx context.Context, sig syscall.Signal) error {
+	if err := n.rt.cli.ContainerKill(ctx, n.id, signalName(sig)); err != nil {
+		return fmt.Errorf("signal %s %v: %w", n.name, sig, err)
+	}
+	return nil
+}
+
+func signalName(sig syscall.Signal) string {
+	switch sig {
+	case syscall.SIGSTOP:
+		return "SIGSTOP"
+	case syscall.SIGCONT:
+		return "SIGCONT"
+	case syscall.SIGKILL:
+		return "SIGKILL"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	default:
+		return fmt.Sprint(int(sig))
+	}
+}
+
+// Logs implements runtime.Node.
+func (n *Node) Logs(ctx context.Context, w io.Writer) error {
+	rc, err := n.rt.cli.ContainerLogs(ctx, n.id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Timestamps: true})
+	if err != nil {
+		return fmt.Errorf("logs of %s: %w", n.name, err)
+	}
+	defer rc.Close()
+	if _, err := stdcopy.StdCopy(w, w, rc); err != nil {
+		return fmt.Errorf("logs of %s: %w", n.name, err)
+	}
+	return nil
+}
+
+// Restart implements runtime.Restarter: it starts the container again (its
+// files are kept), waiting first for it to have stopped.
+func (n *Node) Restart(ctx context.Context) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		insp, err := n.rt.cli.ContainerInspect(ctx, n.id)
+		if err != nil {
+			return fmt.Errorf("inspect %s: %w", n.name, err)
+		}
+		if !insp.State.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("restart %s: still running", n.name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	n.closeStdio()
+	return n.start(ctx)
+}

@@ -1,0 +1,151 @@
+// Package runtime is the narrow interface between splitbrain and whatever
+// runs a test's nodes: Docker containers on one host (package docker), real
+// hosts over SSH, or goroutines in tests (package memrt).
+//
+// A node is one machine of the test — a lock-service member, the counter
+// store, or a client — with an address on the run's private network, a main
+// process, and an exec channel that network faults do not cut. Targets start
+// nodes; nemeses exec into them and signal their main process; workloads
+// talk to client nodes over their main process's stdio.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"syscall"
+	"time"
+)
+
+// Labels set on every container and network a run creates, so that a
+// crashed run's leftovers can be found and removed.
+const (
+	LabelRun  = "splitbrain.run"
+	LabelRole = "splitbrain.role"
+	LabelNode = "splitbrain.node"
+)
+
+// Capabilities a node may be granted. A node gets only those its role needs.
+const (
+	// CapNetAdmin lets the nemesis install firewall rules in the node.
+	CapNetAdmin = "NET_ADMIN"
+	// CapSysPtrace lets the clock helper skew a process in the node.
+	CapSysPtrace = "SYS_PTRACE"
+)
+
+// NodeSpec describes a node to start.
+type NodeSpec struct {
+	// Name is unique within a run ("n1", "store", "c3").
+	Name string
+	// Role says what the node is for ("redis", "store", "client", ...).
+	Role string
+	// Image is the container image (ignored by runtimes without images).
+	Image string
+	// Cmd is the main process and its arguments.
+	Cmd []string
+	// Env holds KEY=VALUE pairs for the main process.
+	Env []string
+	// Caps lists extra Linux capabilities.
+	Caps []string
+	// Interactive attaches the main process's stdin and stdout; the node
+	// then implements [Console].
+	Interactive bool
+}
+
+// ExecResult is what a command run in a node produced.
+type ExecResult struct {
+	Stdout, Stderr []byte
+	ExitCode       int
+}
+
+// ErrExit is wrapped by [Node.Exec] errors for commands that ran and exited
+// non-zero; the result is still returned.
+var ErrExit = errors.New("command exited non-zero")
+
+// Runtime starts and removes a run's nodes.
+//
+// A Runtime is safe for concurrent use.
+type Runtime interface {
+	// Name identifies the runtime ("docker", "memory").
+	Name() string
+	// Reserve returns the address the node called name will have, so that
+	// peers can be configured before any of them starts.
+	Reserve(name string) (netip.Addr, error)
+	// Start creates and starts a node.
+	Start(ctx context.Context, spec NodeSpec) (Node, error)
+	// Nodes returns every node started so far, in start order.
+	Nodes() []Node
+	// Close stops and removes every node and network of the run.
+	Close(ctx context.Context) error
+}
+
+// Node is one machine of a test.
+//
+// A Node is safe for concurrent use.
+type Node interface {
+	Name() string
+	Role() string
+	// Addr is the node's address on the run's network.
+	Addr() netip.Addr
+	// Exec runs argv in the node and waits for it. A non-zero exit is
+	// returned as an error wrapping [ErrExit], with the result.
+	Exec(ctx context.Context, argv []string) (ExecResult, error)
+	// Signal sends sig to the node's main process.
+	Signal(ctx context.Context, sig syscall.Signal) error
+	// Logs writes the main process's output so far to w.
+	Logs(ctx context.Context, w io.Writer) error
+}
+
+// Console is implemented by nodes started with Interactive: the main
+// process's stdin and stdout, a control channel that partitions of the run's
+// network do not cut.
+type Console interface {
+	Stdio() (stdin io.WriteCloser, stdout io.Reader)
+}
+
+// Restarter is implemented by nodes whose main process can be started again
+// after it died (or was killed), keeping the node's files.
+type Restarter interface {
+	Restart(ctx context.Context) error
+}
+
+// Run is Exec that also fails on a non-zero exit, returning stdout; the error
+// names the command and carries its stderr.
+func Run(ctx context.Context, n Node, argv ...string) ([]byte, error) {
+	res, err := n.Exec(ctx, argv)
+	if err != nil {
+		return res.Stdout, fmt.Errorf("%s: exec %v: %w: %s", n.Name(), argv, err, trimmed(res.Stderr))
+	}
+	return res.Stdout, nil
+}
+
+func trimmed(b []byte) string {
+	const max = 400
+	if len(b) > max {
+		b = b[len(b)-max:]
+	}
+	return string(b)
+}
+
+// WaitPort waits until something in n listens on TCP port (checked from
+// inside the node, so it works whatever the network between), or timeout.
+func WaitPort(ctx context.Context, n Node, port int, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	probe := []string{"bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d", port)}
+	var last error
+	for {
+		if _, err := n.Exec(ctx, probe); err == nil {
+			return nil
+		} else {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s: nothing listens on port %d after %v (see the node's log): %w", n.Name(), port, timeout, last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,241 @@
+// Package nemesis injects faults into a run: pauses (SIGSTOP) of lock
+// holders and backend nodes, and, in later kinds, partitions, kills and
+// clock skew.
+//
+// A [Nemesis] knows one kind of fault: Inject starts one and returns a
+// [Fault] whose Heal undoes it. [Run] drives a schedule of faults drawn from
+// several nemeses, records each fault's start and end in the history, and
+// heals whatever is still in force when it returns, on every path.
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+// Env is what a nemesis may fault.
+type Env struct {
+	// Nodes are the lock service's nodes.
+	Nodes []runtime.Node
+	// Store is the counter store's node.
+	Store runtime.Node
+	// Clients are the client agents' nodes.
+	Clients []runtime.Node
+	// InCriticalSection names the clients that hold a lock and have not yet
+	// written (nil when unknown).
+	InCriticalSection func() []string
+}
+
+// Node returns the node called name among all of env's nodes.
+func (e *Env) Node(name string) (runtime.Node, bool) {
+	for _, n := range e.all() {
+		if n.Name() == name {
+			return n, true
+		}
+	}
+	return nil, false
+}
+
+func (e *Env) all() []runtime.Node {
+	out := slices.Clone(e.Nodes)
+	if e.Store != nil {
+		out = append(out, e.Store)
+	}
+	return append(out, e.Clients...)
+}
+
+// Nemesis injects one kind of fault.
+//
+// Implementations are safe for concurrent use.
+type Nemesis interface {
+	// Name is the nemesis's name on the command line ("pause").
+	Name() string
+	// Inject starts a fault. It returns once the fault is in force.
+	Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, error)
+}
+
+// Fault is a fault in force.
+type Fault interface {
+	// Targets names the nodes the fault applies to.
+	Targets() []string
+	// Detail describes the fault ("SIGSTOP").
+	Detail() string
+	// Heal undoes the fault; it is safe to call more than once.
+	Heal(ctx context.Context) error
+}
+
+// Schedule says when faults happen.
+type Schedule struct {
+	// Interval is the mean quiet time between faults (jittered ±50%).
+	Interval time.Duration
+	// MinDuration and MaxDuration bound how long each fault lasts.
+	MinDuration, MaxDuration time.Duration
+}
+
+// Validate reports a schedule that cannot run.
+func (s Schedule) Validate() error {
+	switch {
+	case s.Interval <= 0:
+		return fmt.Errorf("nemesis interval must be positive, got %v", s.Interval)
+	case s.MinDuration <= 0 || s.MaxDuration < s.MinDuration:
+		return fmt.Errorf("fault duration range %v..%v is empty", s.MinDuration, s.MaxDuration)
+	}
+	return nil
+}
+
+func jitter(rng *rand.Rand, mean time.Duration) time.Duration {
+	return mean/2 + time.Duration(rng.Int64N(int64(mean)+1))
+}
+
+func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
+	return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
+}
+
+// Run injects faults from nemeses on sched until ctx is done, recording
+// each start and end on rec. Faults still in force when ctx ends are healed
+// with healCtx's deadline before Run returns. Injection errors are logged
+// and recorded; they do not stop the schedule. Heal errors are returned:
+// a fault that cannot be healed leaves the run's data in doubt.
+func Run(ctx context.Context, nemeses []Nemesis, env *Env, sched Schedule, rng *rand.Rand, rec *history.Recorder, log *slog.Logger) error {
+	if len(nemeses) == 0 {
+		<-ctx.Done()
+		return nil
+	}
+	var healErrs []error
+	for {
+		select {
+		case <-ctx.Done():
+			return errors.Join(healErrs...)
+		case <-time.After(jitter(rng, sched.Interval)):
+		}
+		n := nemeses[rng.IntN(len(nemeses))]
+		f, ierr := n.Inject(ctx, env, rng)
+		if ierr != nil {
+			if ctx.Err() != nil {
+				return errors.Join(healErrs...)
+			}
+			log.Warn("nemesis inject failed", "nemesis", n.Name(), "err", ierr)
+			rec.Record(history.Event{Type: history.Nemesis, Process: -1, F: n.Name(), Phase: "error", Detail: ierr.Error()})
+			continue
+		}
+		rec.Record(history.Event{Type: history.Nemesis, Process: -1, F: n.Name(), Phase: history.PhaseStart, Targets: f.Targets(), Detail: f.Detail()})
+		log.Info("fault", "nemesis", n.Name(), "targets", f.Targets(), "detail", f.Detail())
+		select {
+		case <-ctx.Done():
+		case <-time.After(between(rng, sched.MinDuration, sched.MaxDuration)):
+		}
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		herr := f.Heal(hctx)
+		cancel()
+		end := history.Event{Type: history.Nemesis, Process: -1, F: n.Name(), Phase: history.PhaseEnd, Targets: f.Targets(), Detail: "healed"}
+		if herr != nil {
+			end.Detail = "heal failed: " + herr.Error()
+			healErrs = append(healErrs, fmt.Errorf("heal %s %v: %w", n.Name(), f.Targets(), herr))
+		}
+		rec.Record(end)
+		log.Info("healed", "nemesis", n.Name(), "targets", f.Targets(), "err", herr)
+	}
+}
+
+// Parse builds the nemeses named in a comma-separated list ("pause" or
+// "none"); known lists the names it accepts.
+func Parse(list string, known map[string]Nemesis) ([]Nemesis, error) {
+	var out []Nemesis
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" || name == "none" {
+			continue
+		}
+		n, ok := known[name]
+		if !ok {
+			names := make([]string, 0, len(known))
+			for k := range known {
+				names = append(names, k)
+			}
+			slices.Sort(names)
+			return nil, fmt.Errorf("unknown nemesis %q (known: none, %s)", name, strings.Join(names, ", "))
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// Weights parses "holder=2,node=1" into choices, checking names against
+// allowed.
+func Weights(spec string, allowed []string) (map[string]int, error) {
+	out := map[string]int{}
+	for _, part := range strings.Split(spec, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		name, w, found := strings.Cut(part, "=")
+		weight := 1
+		if found {
+			v, err := strconv.Atoi(w)
+			if err != nil || v < 0 {
+				return nil, fmt.Errorf("weight %q: want name=non-negative integer", part)
+			}
+			weight = v
+		}
+		if !slices.Contains(allowed, name) {
+			return nil, fmt.Errorf("unknown target group %q (known: %s)", name, strings.Join(allowed, ", "))
+		}
+		out[name] += weight
+	}
+	total := 0
+	for _, w := range out {
+		total += w
+	}
+	if total == 0 {
+		return nil, fmt.Errorf("target weights %q select nothing", spec)
+	}
+	return out, nil
+}
+
+// pick draws a name with probability proportional to its weight.
+func pick(rng *rand.Rand, weights map[string]int) string {
+	names := make([]string, 0, len(weights))
+	total := 0
+	for n, w := range weights {
+		names = append(names, n)
+		total += w
+	}
+	slices.Sort(names) // map order must not change the draw
+	x := rng.IntN(total)
+	for _, n := range names {
+		if x < weights[n] {
+			return n
+		}
+		x -= weights[n]
+	}
+	return names[len(names)-1]
+}
+
+// once makes a heal idempotent.
+type once struct {
+	mu   sync.Mutex
+	done bool
+	err  error
+}
+
+func (o *once) do(f func() error) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if !o.done {
+		o.err = f()
+		o.done = o.err == nil
+	}
+	return o.err
+}

@@ -1,0 +1,110 @@
+package nemesis
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"syscall"
+	"time"
+
+	"github.com/splitbrain/splitbrain/harness/runtime"
+)
+
+// Target groups a pause may pick from.
+const (
+	// GroupHolder is a client holding a lock, before its write: the GC
+	// pause that makes a late write.
+	GroupHolder = "holder"
+	// GroupClient is any client.
+	GroupClient = "client"
+	// GroupNode is a lock-service node.
+	GroupNode = "node"
+	// GroupStore is the counter store.
+	GroupStore = "store"
+)
+
+// PauseGroups lists the target groups.
+var PauseGroups = []string{GroupHolder, GroupClient, GroupNode, GroupStore}
+
+// Pause stops a process with SIGSTOP and resumes it with SIGCONT at heal: a
+// frozen node looks to everyone else exactly like a partitioned one.
+type Pause struct {
+	// Weights chooses the target group, e.g. {"holder": 2, "node": 1}.
+	Weights map[string]int
+	// HolderWait bounds how long to wait for a client to be in its critical
+	// section before pausing any client instead.
+	HolderWait time.Duration
+}
+
+var _ Nemesis = (*Pause)(nil)
+
+// Name implements Nemesis.
+func (*Pause) Name() string { return "pause" }
+
+// Inject implements Nemesis.
+func (p *Pause) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, error) {
+	n, err := p.choose(ctx, env, rng)
+	if err != nil {
+		return nil, err
+	}
+	if err := n.Signal(ctx, syscall.SIGSTOP); err != nil {
+		return nil, fmt.Errorf("pause %s: %w", n.Name(), err)
+	}
+	return &pauseFault{node: n}, nil
+}
+
+func (p *Pause) choose(ctx context.Context, env *Env, rng *rand.Rand) (runtime.Node, error) {
+	group := pick(rng, p.Weights)
+	var pool []runtime.Node
+	switch group {
+	case GroupHolder:
+		if env.InCriticalSection != nil {
+			deadline := time.Now().Add(p.HolderWait)
+			for {
+				if names := env.InCriticalSection(); len(names) > 0 {
+					if n, ok := env.Node(names[rng.IntN(len(names))]); ok {
+						return n, nil
+					}
+				}
+				if time.Now().After(deadline) {
+					break
+				}
+				select {
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+		}
+		pool = env.Clients
+	case GroupClient:
+		pool = env.Clients
+	case GroupNode:
+		pool = env.Nodes
+	case GroupStore:
+		if env.Store != nil {
+			pool = []runtime.Node{env.Store}
+		}
+	}
+	if len(pool) == 0 {
+		return nil, fmt.Errorf("pause: no node in group %q", group)
+	}
+	return pool[rng.IntN(len(pool))], nil
+}
+
+type pauseFault struct {
+	node runtime.Node
+	once once
+}
+
+func (f *pauseFault) Targets() []string { return []string{f.node.Name()} }
+func (f *pauseFault) Detail() string    { return "SIGSTOP" }
+
+func (f *pauseFault) Heal(ctx context.Context) error {
+	return f.once.do(func() error {
+		if err := f.node.Signal(ctx, syscall.SIGCONT); err != nil {
+			return fmt.Errorf("resume %s: %w", f.node.Name(), err)
+		}
+		return nil
+	})
+}

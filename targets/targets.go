@@ -1,0 +1,128 @@
+// Package targets knows lock backends: how to bring each one up on a
+// runtime, how a client takes a lock from it, and what the fencing token is.
+//
+// A [Target] starts a backend's nodes and returns a [Cluster]; the
+// cluster's [RecipeConfig] travels to every client agent, which turns it
+// into a [Locker] with the factory registered for its Kind. Subpackages hold
+// one backend each (redis, etcd, lockd) and the protected resource (store).
+package targets
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/splitbrain/splitbrain/harness/runtime"
+)
+
+// Errors a Locker returns, checked with errors.Is. Busy and unavailable are
+// kept apart on purpose (anti-pattern 8 of the lock-safety brief).
+var (
+	// ErrBusy: the lock stayed held by someone else until ctx was done.
+	ErrBusy = errors.New("lock held by another client")
+	// ErrUnavailable: the lock service could not be reached or could not
+	// decide (no quorum, connection refused, timeouts).
+	ErrUnavailable = errors.New("lock service unavailable")
+	// ErrNotOwner: a release or renewal was refused because the caller no
+	// longer holds the lock (its lease expired, or someone else holds it).
+	ErrNotOwner = errors.New("lock not held by this client")
+)
+
+// Locker takes locks from one lock service for one client.
+//
+// A Locker is safe for concurrent use.
+type Locker interface {
+	// Acquire blocks until the lock on key is granted or ctx is done.
+	Acquire(ctx context.Context, key string) (Lease, error)
+	// Close releases the Locker's connections.
+	Close() error
+}
+
+// Lease is a granted lock.
+type Lease interface {
+	// Token is the lock's fencing token: strictly greater for every later
+	// grant of the same key by a correct service.
+	Token() uint64
+	// Release gives the lock back; ErrNotOwner when it was already lost.
+	Release(ctx context.Context) error
+}
+
+// RenewCounter is implemented by leases that renew themselves in the
+// background and can say how many renewals failed.
+type RenewCounter interface {
+	RenewFailures() int
+}
+
+// Duration is a time.Duration that reads and writes JSON as "1.5s".
+type Duration time.Duration
+
+// MarshalJSON implements json.Marshaler.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(time.Duration(d).String()) }
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration: %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("duration: %w", err)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// RecipeConfig tells a client how to reach a lock service and how to use
+// it. It is sent to each agent as JSON.
+type RecipeConfig struct {
+	// Kind selects the LockerFactory ("redis", "etcd", "lockd").
+	Kind string `json:"kind"`
+	// Endpoints are the service's client addresses ("10.1.2.3:6379").
+	Endpoints []string `json:"endpoints"`
+	// TTL is the lease time to live.
+	TTL Duration `json:"ttl"`
+	// Options are recipe-specific switches, e.g. the anti-patterns a
+	// scenario asks for ("expiry": "none", "release": "unchecked").
+	Options map[string]string `json:"options,omitempty"`
+}
+
+// LockerFactory makes a Locker for the client called client.
+type LockerFactory func(ctx context.Context, cfg RecipeConfig, client string, log *slog.Logger) (Locker, error)
+
+// Options configure a Target's bring-up.
+type Options struct {
+	// Images maps a role to the image to run it from.
+	Images map[string]string
+	// TTL is the lease time to live clients ask for.
+	TTL time.Duration
+	// RecipeOptions are passed through to RecipeConfig.Options.
+	RecipeOptions map[string]string
+	Log           *slog.Logger
+}
+
+// Target brings up one lock backend.
+//
+// Implementations are safe for concurrent use; Start may be called once per
+// run.
+type Target interface {
+	// Name is the target's name on the command line ("redis").
+	Name() string
+	// Roles lists the image roles the target's nodes run.
+	Roles() []string
+	// Start starts the backend's nodes on rt and waits until they serve.
+	Start(ctx context.Context, rt runtime.Runtime, opts Options) (Cluster, error)
+}
+
+// Cluster is a running backend.
+type Cluster interface {
+	// Nodes are the backend's nodes (the nemesis may fault them).
+	Nodes() []runtime.Node
+	// Recipe is what clients need to take locks.
+	Recipe() RecipeConfig
+	// Versions reports the backend's software versions for results.json.
+	Versions(ctx context.Context) map[string]string
+}

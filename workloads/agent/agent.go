@@ -1,0 +1,267 @@
+package agent
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/store"
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+// Store is the counter store as the agent uses it; *store.Client is one.
+type Store interface {
+	Read(ctx context.Context, key string, fenced bool, token uint64) (store.Entry, error)
+	Write(ctx context.Context, key string, value, tag int64, fenced bool, token uint64) (store.Entry, error)
+}
+
+// Deps are what an agent is built from.
+type Deps struct {
+	// Lockers maps a recipe kind to its factory.
+	Lockers map[string]targets.LockerFactory
+	// DialStore returns the store client; nil means store.NewClient.
+	DialStore func(addr string, timeout time.Duration) Store
+	// Step, when set, is called between the steps of an operation. The
+	// in-memory runtime uses it to freeze an agent as SIGSTOP would.
+	Step func()
+	// Mono reads the monotonic clock in ns; nil means CLOCK_MONOTONIC by
+	// system call.
+	Mono func() int64
+	Log  *slog.Logger
+}
+
+// MonotonicNow reads CLOCK_MONOTONIC with a real system call, not the vDSO,
+// so a clock nemesis that patches the process's vDSO does not move it.
+func MonotonicNow() int64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return time.Now().UnixNano()
+	}
+	return ts.Nano()
+}
+
+// Serve runs the agent protocol over in and out until in is closed, a stop
+// request arrives, or ctx is done.
+func Serve(ctx context.Context, in io.Reader, out io.Writer, deps Deps) error {
+	if deps.Mono == nil {
+		deps.Mono = MonotonicNow
+	}
+	if deps.Step == nil {
+		deps.Step = func() {}
+	}
+	if deps.Log == nil {
+		deps.Log = slog.New(slog.DiscardHandler)
+	}
+	if deps.DialStore == nil {
+		deps.DialStore = func(addr string, timeout time.Duration) Store { return store.NewClient(addr, timeout) }
+	}
+	a := &agent{deps: deps, enc: json.NewEncoder(out)}
+	defer a.close()
+
+	lines := make(chan []byte)
+	readErr := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			select {
+			case lines <- append([]byte(nil), sc.Bytes()...):
+			case <-ctx.Done():
+				return
+			}
+		}
+		readErr <- sc.Err()
+	}()
+	for {
+		var line []byte
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-readErr:
+			if err != nil {
+				return fmt.Errorf("agent read: %w", err)
+			}
+			return nil // stdin closed: the harness is gone
+		case line = <-lines:
+		}
+		var req Request
+		if err := json.Unmarshal(line, &req); err != nil {
+			a.send(Response{Type: RespError, Error: fmt.Sprintf("bad request: %v", err)})
+			continue
+		}
+		switch req.Type {
+		case ReqPing:
+			a.send(Response{Type: RespPong, Seq: req.Seq, Mono: a.deps.Mono()})
+		case ReqConfig:
+			if err := a.configure(ctx, req.Config); err != nil {
+				a.send(Response{Type: RespError, Error: err.Error()})
+				continue
+			}
+			a.send(Response{Type: RespReady})
+		case ReqOp:
+			if a.locker == nil || req.Op == nil {
+				a.send(Response{Type: RespError, ID: opID(req.Op), Error: "operation before config"})
+				continue
+			}
+			res := a.do(ctx, *req.Op)
+			a.send(Response{Type: RespDone, ID: req.Op.ID, Result: &res})
+		case ReqStop:
+			return nil
+		default:
+			a.send(Response{Type: RespError, Error: fmt.Sprintf("unknown request type %q", req.Type)})
+		}
+	}
+}
+
+func opID(op *OpRequest) int64 {
+	if op == nil {
+		return 0
+	}
+	return op.ID
+}
+
+type agent struct {
+	deps   Deps
+	enc    *json.Encoder
+	cfg    Config
+	locker targets.Locker
+	store  Store
+}
+
+func (a *agent) send(r Response) {
+	if err := a.enc.Encode(r); err != nil {
+		a.deps.Log.Error("agent write", "err", err)
+	}
+}
+
+func (a *agent) close() {
+	if a.locker != nil {
+		_ = a.locker.Close()
+	}
+}
+
+func (a *agent) configure(ctx context.Context, cfg *Config) error {
+	if cfg == nil {
+		return errors.New("config request without config")
+	}
+	f, ok := a.deps.Lockers[cfg.Recipe.Kind]
+	if !ok {
+		return fmt.Errorf("unknown lock recipe %q", cfg.Recipe.Kind)
+	}
+	l, err := f(ctx, cfg.Recipe, cfg.Client, a.deps.Log)
+	if err != nil {
+		return fmt.Errorf("lock recipe %s: %w", cfg.Recipe.Kind, err)
+	}
+	a.close()
+	a.cfg, a.locker = *cfg, l
+	a.store = a.deps.DialStore(cfg.Store, time.Duration(cfg.StoreTimeout))
+	a.deps.Log.Info("agent configured", "client", cfg.Client, "recipe", cfg.Recipe.Kind, "endpoints", cfg.Recipe.Endpoints)
+	return nil
+}
+
+// storeKind maps a store error to a history outcome and error kind.
+func storeKind(err error) (history.Type, string) {
+	switch {
+	case errors.Is(err, store.ErrStaleToken):
+		return history.Fail, history.ErrStaleToken
+	case errors.Is(err, store.ErrUnreachable):
+		return history.Fail, history.ErrStoreUnavailable
+	default:
+		return history.Info, history.ErrStoreUnavailable
+	}
+}
+
+func (a *agent) do(ctx context.Context, op OpRequest) Result {
+	switch op.F {
+	case history.FRead:
+		return a.read(ctx, op)
+	case history.FCriticalSection:
+		return a.criticalSection(ctx, op)
+	default:
+		return Result{Type: history.Fail, Error: "bad-request", Message: fmt.Sprintf("unknown operation %q", op.F)}
+	}
+}
+
+func (a *agent) read(ctx context.Context, op OpRequest) Result {
+	e, err := a.store.Read(ctx, op.Key, false, 0)
+	if err != nil {
+		return Result{Type: history.Fail, Error: history.ErrStoreUnavailable, Message: err.Error()}
+	}
+	return Result{Type: history.OK, Read: &history.Value{Value: e.Value, Tag: e.Tag}}
+}
+
+// criticalSection takes the lock, reads the counter, works, writes read+1
+// and releases. Whatever the outcome, the lock is released if it was taken.
+func (a *agent) criticalSection(ctx context.Context, op OpRequest) (res Result) {
+	start := a.deps.Mono()
+	actx, cancel := context.WithTimeout(ctx, time.Duration(a.cfg.AcquireTimeout))
+	lease, err := a.locker.Acquire(actx, op.Key)
+	cancel()
+	if err != nil {
+		kind := history.ErrLockUnavailable
+		if errors.Is(err, targets.ErrBusy) {
+			kind = history.ErrBusy
+		}
+		return Result{Type: history.Fail, Error: kind, Message: err.Error(), Wait: a.deps.Mono() - start}
+	}
+	res.AcquiredMono = a.deps.Mono()
+	res.Wait = res.AcquiredMono - start
+	res.Token = lease.Token()
+	a.send(Response{Type: RespEvent, ID: op.ID, Ev: EvAcquired, Mono: res.AcquiredMono, Token: res.Token})
+	defer func() {
+		a.deps.Step()
+		res.ReleasedMono = a.deps.Mono()
+		res.Hold = res.ReleasedMono - res.AcquiredMono
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(a.cfg.ReleaseTimeout))
+		defer cancel()
+		if err := lease.Release(rctx); err != nil {
+			res.ReleaseError = history.ErrLockUnavailable
+			if errors.Is(err, targets.ErrNotOwner) {
+				res.ReleaseError = "not-owner"
+			}
+		}
+		if rc, ok := lease.(targets.RenewCounter); ok {
+			res.RenewFailures = rc.RenewFailures()
+		}
+	}()
+
+	a.deps.Step()
+	e, err := a.store.Read(ctx, op.Key, op.Fenced, res.Token)
+	if err != nil {
+		_, kind := storeKind(err)
+		// A read changes nothing but the token mark; an unknown read is a
+		// failed operation.
+		res.Type, res.Error, res.Message = history.Fail, kind, err.Error()
+		return res
+	}
+	res.Read = &history.Value{Value: e.Value, Tag: e.Tag}
+	a.send(Response{Type: RespEvent, ID: op.ID, Ev: EvRead, Mono: a.deps.Mono()})
+
+	a.deps.Step()
+	if w := time.Duration(a.cfg.Work); w > 0 {
+		select {
+		case <-time.After(w):
+		case <-ctx.Done():
+		}
+	}
+	a.deps.Step()
+
+	res.Write = &history.Value{Value: e.Value + 1, Tag: op.ID}
+	res.WriteMono = a.deps.Mono()
+	a.send(Response{Type: RespEvent, ID: op.ID, Ev: EvWrite, Mono: res.WriteMono})
+	if _, err := a.store.Write(ctx, op.Key, res.Write.Value, res.Write.Tag, op.Fenced, res.Token); err != nil {
+		res.Type, res.Error = storeKind(err)
+		res.Message = err.Error()
+		return res
+	}
+	res.Type = history.OK
+	return res
+}

@@ -1,0 +1,214 @@
+package workloads
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/splitbrain/splitbrain/workloads/agent"
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+// Errors of the control channel.
+var (
+	// ErrCrashed: the agent's output ended (it died or was killed).
+	ErrCrashed = errors.New("client agent crashed")
+	// ErrTimeout: the agent did not finish an operation in time.
+	ErrTimeout = errors.New("client agent timed out")
+)
+
+// Client is the harness's end of one agent's control channel.
+//
+// Do and Sync must not be called concurrently; Events may be read from
+// other goroutines through the callback.
+type Client struct {
+	// Name is the agent's node name ("c3").
+	Name string
+	// Process is the client's index in the history.
+	Process int
+
+	clock history.Clock
+	stdin io.WriteCloser
+	resps chan agent.Response
+
+	mu      sync.Mutex
+	encErr  error
+	pending int64 // operation still running in the agent after a timeout
+
+	// offset maps agent monotonic time to the run's: run = mono - offset.
+	offset int64
+	// skew is half the best ping round trip: the uncertainty of offset.
+	skew time.Duration
+}
+
+// NewClient wraps an agent's stdio. The reader goroutine ends when stdout
+// ends.
+func NewClient(name string, process int, stdin io.WriteCloser, stdout io.Reader, clock history.Clock) *Client {
+	c := &Client{Name: name, Process: process, clock: clock, stdin: stdin, resps: make(chan agent.Response, 64)}
+	go func() {
+		defer close(c.resps)
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var r agent.Response
+			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+				continue // not protocol output
+			}
+			c.resps <- r
+		}
+	}()
+	return c
+}
+
+func (c *Client) send(r agent.Request) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return fmt.Errorf("encode request: %w", err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.encErr != nil {
+		return c.encErr
+	}
+	if _, err := c.stdin.Write(append(b, '\n')); err != nil {
+		c.encErr = fmt.Errorf("%s: write request: %w: %w", c.Name, ErrCrashed, err)
+		return c.encErr
+	}
+	return nil
+}
+
+func (c *Client) recv(ctx context.Context) (agent.Response, error) {
+	select {
+	case r, ok := <-c.resps:
+		if !ok {
+			return agent.Response{}, fmt.Errorf("%s: %w", c.Name, ErrCrashed)
+		}
+		return r, nil
+	case <-ctx.Done():
+		return agent.Response{}, fmt.Errorf("%s: %w: %w", c.Name, ErrTimeout, ctx.Err())
+	}
+}
+
+// Configure sends the agent its configuration and waits until it is ready.
+func (c *Client) Configure(ctx context.Context, cfg agent.Config) error {
+	if err := c.send(agent.Request{Type: agent.ReqConfig, Config: &cfg}); err != nil {
+		return err
+	}
+	for {
+		r, err := c.recv(ctx)
+		if err != nil {
+			return fmt.Errorf("configure %s: %w", c.Name, err)
+		}
+		switch r.Type {
+		case agent.RespReady:
+			return nil
+		case agent.RespError:
+			return fmt.Errorf("configure %s: %s", c.Name, r.Error)
+		}
+	}
+}
+
+// Sync relates the agent's monotonic clock to the run's with a few pings,
+// keeping the one with the shortest round trip.
+func (c *Client) Sync(ctx context.Context) error {
+	best := time.Duration(-1)
+	for seq := int64(1); seq <= 5; seq++ {
+		t0 := c.clock.Now()
+		if err := c.send(agent.Request{Type: agent.ReqPing, Seq: seq}); err != nil {
+			return err
+		}
+		for {
+			r, err := c.recv(ctx)
+			if err != nil {
+				return fmt.Errorf("sync %s: %w", c.Name, err)
+			}
+			if r.Type != agent.RespPong || r.Seq != seq {
+				continue
+			}
+			t1 := c.clock.Now()
+			if rtt := time.Duration(t1 - t0); best < 0 || rtt < best {
+				best = rtt
+				c.offset = r.Mono - (t0+t1)/2
+				c.skew = rtt / 2
+			}
+			break
+		}
+	}
+	return nil
+}
+
+// RunTime converts an agent monotonic time to the run's time base; zero
+// stays zero (the step did not happen).
+func (c *Client) RunTime(mono int64) int64 {
+	if mono == 0 {
+		return 0
+	}
+	return max(mono-c.offset, 1)
+}
+
+// Skew is the uncertainty of RunTime.
+func (c *Client) Skew() time.Duration { return c.skew }
+
+// Do runs one operation, calling onEvent for each progress event, and
+// returns its result. When timeout passes first it returns ErrTimeout; the
+// operation may still be running, and the next Do first waits for it.
+func (c *Client) Do(ctx context.Context, op agent.OpRequest, timeout time.Duration, onEvent func(agent.Response)) (agent.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if err := c.drain(ctx); err != nil {
+		return agent.Result{}, err
+	}
+	if err := c.send(agent.Request{Type: agent.ReqOp, Op: &op}); err != nil {
+		return agent.Result{}, err
+	}
+	for {
+		r, err := c.recv(ctx)
+		if err != nil {
+			if errors.Is(err, ErrTimeout) {
+				c.pending = op.ID
+			}
+			return agent.Result{}, err
+		}
+		if r.ID != op.ID {
+			continue
+		}
+		switch r.Type {
+		case agent.RespEvent:
+			if onEvent != nil {
+				onEvent(r)
+			}
+		case agent.RespDone:
+			if r.Result == nil {
+				return agent.Result{}, fmt.Errorf("%s: done without result", c.Name)
+			}
+			return *r.Result, nil
+		case agent.RespError:
+			return agent.Result{}, fmt.Errorf("%s: %s", c.Name, r.Error)
+		}
+	}
+}
+
+// drain waits for an operation abandoned by a timeout to finish.
+func (c *Client) drain(ctx context.Context) error {
+	for c.pending != 0 {
+		r, err := c.recv(ctx)
+		if err != nil {
+			return err
+		}
+		if r.ID == c.pending && (r.Type == agent.RespDone || r.Type == agent.RespError) {
+			c.pending = 0
+		}
+	}
+	return nil
+}
+
+// Close tells the agent to stop and closes its stdin.
+func (c *Client) Close() error {
+	_ = c.send(agent.Request{Type: agent.ReqStop})
+	return c.stdin.Close()
+}

@@ -1,0 +1,239 @@
+// Package workloads drives client agents and records what they did.
+//
+// A [Workload] issues operations to [Client]s until its context is done and
+// records each invocation and completion on a history.Recorder; then its
+// final phase reads every key once more, after the faults have healed. The
+// counter workloads are lock-protected increments: acquire, read, write
+// read+1, release — unfenced, or fenced (the token travels with the read and
+// the write and the store refuses stale ones).
+package workloads
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/splitbrain/splitbrain/workloads/agent"
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+// Workload drives clients and records on rec.
+//
+// A Workload is used by one run; Run and Final are called once each, in
+// that order.
+type Workload interface {
+	// Name is the workload's name on the command line.
+	Name() string
+	// Run issues operations until ctx is done, then waits (bounded) for the
+	// operations in flight.
+	Run(ctx context.Context, clients []*Client, rec *history.Recorder) error
+	// Final reads every key once, with retries.
+	Final(ctx context.Context, clients []*Client, rec *history.Recorder) error
+}
+
+// Names of the counter workloads.
+const (
+	UnfencedCounter = "unfenced-counter"
+	FencedCounter   = "fenced-counter"
+)
+
+// Names lists the workloads New knows.
+func Names() []string { return []string{UnfencedCounter, FencedCounter} }
+
+// CounterOptions configure a counter workload.
+type CounterOptions struct {
+	// Fenced makes every client present its token to the store.
+	Fenced bool
+	// Keys is the number of independent counters.
+	Keys int
+	// OpTimeout is how long the harness waits for one operation before
+	// recording it as unknown.
+	OpTimeout time.Duration
+	// Seed makes key choices reproducible.
+	Seed uint64
+	Log  *slog.Logger
+}
+
+// New returns the workload called name.
+func New(name string, opts CounterOptions) (*Counter, error) {
+	switch name {
+	case UnfencedCounter:
+		opts.Fenced = false
+	case FencedCounter:
+		opts.Fenced = true
+	default:
+		return nil, fmt.Errorf("unknown workload %q (known: %v)", name, Names())
+	}
+	if opts.Keys <= 0 {
+		return nil, fmt.Errorf("workload %s: keys must be positive, got %d", name, opts.Keys)
+	}
+	if opts.OpTimeout <= 0 {
+		opts.OpTimeout = 30 * time.Second
+	}
+	if opts.Log == nil {
+		opts.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Counter{name: name, opts: opts, activity: map[string]activity{}}, nil
+}
+
+// Counter is the lock-protected counter workload.
+type Counter struct {
+	name string
+	opts CounterOptions
+	ids  atomic.Int64
+
+	mu       sync.Mutex
+	activity map[string]activity
+}
+
+var _ Workload = (*Counter)(nil)
+
+// Phase is where a client is in its critical section.
+type Phase int
+
+// Phases of a client.
+const (
+	Idle Phase = iota
+	Acquiring
+	// Holding: granted, reading or working, not yet writing.
+	Holding
+	// Writing: the write has been sent.
+	Writing
+)
+
+type activity struct {
+	phase Phase
+	key   string
+	token uint64
+}
+
+// Name implements Workload.
+func (w *Counter) Name() string { return w.name }
+
+// Key names counter i.
+func Key(i int) string { return fmt.Sprintf("k%d", i) }
+
+// InCriticalSection names the clients that hold a lock and have not yet
+// sent their write: pausing one of them makes a late write.
+func (w *Counter) InCriticalSection() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	for name, a := range w.activity {
+		if a.phase == Holding {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (w *Counter) setPhase(client string, a activity) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.activity[client] = a
+}
+
+// Run implements Workload.
+func (w *Counter) Run(ctx context.Context, clients []*Client, rec *history.Recorder) error {
+	var g errgroup.Group
+	for _, c := range clients {
+		rng := rand.New(rand.NewPCG(w.opts.Seed, uint64(c.Process)+1))
+		g.Go(func() error { return w.loop(ctx, c, len(clients), rng, rec) })
+	}
+	return g.Wait()
+}
+
+func (w *Counter) loop(ctx context.Context, c *Client, n int, rng *rand.Rand, rec *history.Recorder) error {
+	for ctx.Err() == nil {
+		key := Key(rng.IntN(w.opts.Keys))
+		_, err := w.op(context.WithoutCancel(ctx), c, n, history.FCriticalSection, key, w.opts.Fenced, rec)
+		if errors.Is(err, ErrCrashed) {
+			w.opts.Log.Warn("client crashed; it issues no more operations", "client", c.Name, "err", err)
+			return nil
+		}
+	}
+	return nil
+}
+
+// op runs one operation and records it, returning its completion. The error
+// is the control channel's, if any (the operation is then recorded as
+// unknown).
+func (w *Counter) op(ctx context.Context, c *Client, n int, f, key string, fenced bool, rec *history.Recorder) (history.Event, error) {
+	id := w.ids.Add(1)
+	inv := history.Event{Type: history.Invoke, Process: c.Process, Client: c.Name, ID: id, F: f, Key: key, Fenced: fenced}
+	if f == history.FCriticalSection {
+		w.setPhase(c.Name, activity{phase: Acquiring, key: key})
+		defer w.setPhase(c.Name, activity{phase: Idle})
+	}
+	rec.Record(inv)
+	res, err := c.Do(ctx, agent.OpRequest{ID: id, F: f, Key: key, Fenced: fenced}, w.opts.OpTimeout, func(r agent.Response) {
+		switch r.Ev {
+		case agent.EvAcquired:
+			w.setPhase(c.Name, activity{phase: Holding, key: key, token: r.Token})
+		case agent.EvWrite:
+			w.setPhase(c.Name, activity{phase: Writing, key: key})
+		}
+	})
+	done := inv
+	if err != nil {
+		done.Type, done.Error, done.Message = history.Info, history.ErrTimeout, err.Error()
+		if errors.Is(err, ErrCrashed) {
+			done.Error = history.ErrCrashed
+		}
+		done = rec.Record(done)
+		// Like Jepsen: a process whose outcome is unknown is replaced by a
+		// new one, so no process has two operations in flight.
+		c.Process += n
+		return done, err
+	}
+	done.Type, done.Error, done.Message = res.Type, res.Error, res.Message
+	done.Token, done.Read, done.Write = res.Token, res.Read, res.Write
+	done.ReleaseError = res.ReleaseError
+	done.Acquired, done.WriteAt, done.Released = c.RunTime(res.AcquiredMono), c.RunTime(res.WriteMono), c.RunTime(res.ReleasedMono)
+	done.Wait, done.Hold, done.RenewFailures = res.Wait, res.Hold, res.RenewFailures
+	done = rec.Record(done)
+	if res.Type == history.Info {
+		c.Process += n
+	}
+	return done, nil
+}
+
+// Final implements Workload: each key is read by the clients in turn until
+// one read succeeds or ctx is done.
+func (w *Counter) Final(ctx context.Context, clients []*Client, rec *history.Recorder) error {
+	if len(clients) == 0 {
+		return errors.New("final reads: no clients")
+	}
+	var missing []string
+	for i := range w.opts.Keys {
+		key := Key(i)
+		ok := false
+		for attempt := 0; !ok && ctx.Err() == nil && attempt < 5*len(clients); attempt++ {
+			c := clients[(i+attempt)%len(clients)]
+			done, _ := w.op(ctx, c, len(clients), history.FRead, key, false, rec)
+			ok = done.Type == history.OK
+			if !ok {
+				select {
+				case <-ctx.Done():
+				case <-time.After(200 * time.Millisecond):
+				}
+			}
+		}
+		if !ok {
+			missing = append(missing, key)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("final reads failed for %v", missing)
+	}
+	return nil
+}

@@ -1,0 +1,185 @@
+package history
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+)
+
+// ErrCorrupt is returned (wrapped) by [Read] when a line other than the last
+// one is not a valid event.
+var ErrCorrupt = errors.New("corrupt history")
+
+// Writer appends events to a history file. Each event is written with one
+// write(2) of a whole line to a file opened with O_APPEND, so a crash of the
+// harness loses at most the event being written.
+//
+// A Writer is safe for concurrent use.
+type Writer struct {
+	mu   sync.Mutex
+	f    *os.File
+	buf  bytes.Buffer
+	n    int
+	err  error
+	sink func(Event)
+}
+
+// Create opens path for appending (creating it if needed).
+func Create(path string) (*Writer, error) {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("open history %s: %w", path, err)
+	}
+	return &Writer{f: f}, nil
+}
+
+// OnAppend registers fn to be called (under the writer's lock, in order) with
+// every event appended from now on; it lets live views follow the run.
+func (w *Writer) OnAppend(fn func(Event)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sink = fn
+}
+
+// Append writes e as one line. After the first write error every later
+// Append returns that error.
+func (w *Writer) Append(e Event) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.err != nil {
+		return w.err
+	}
+	w.buf.Reset()
+	enc := json.NewEncoder(&w.buf)
+	if err := enc.Encode(e); err != nil { // Encode appends the newline
+		return fmt.Errorf("encode event: %w", err)
+	}
+	if _, err := w.f.Write(w.buf.Bytes()); err != nil {
+		w.err = fmt.Errorf("append to history: %w", err)
+		return w.err
+	}
+	w.n++
+	if w.sink != nil {
+		w.sink(e)
+	}
+	return nil
+}
+
+// Len is the number of events appended.
+func (w *Writer) Len() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n
+}
+
+// Close syncs and closes the file.
+func (w *Writer) Close() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.f == nil {
+		return nil
+	}
+	serr := w.f.Sync()
+	cerr := w.f.Close()
+	w.f = nil
+	if w.err == nil {
+		w.err = errors.New("history writer closed")
+	}
+	if serr != nil {
+		return fmt.Errorf("sync history: %w", serr)
+	}
+	return cerr
+}
+
+// ReadReport says what [Read] had to repair.
+type ReadReport struct {
+	// Events is the number of events read.
+	Events int `json:"events"`
+	// TornTail is true when the last line was incomplete and was dropped,
+	// as happens when the harness is killed mid-write.
+	TornTail bool `json:"torn_tail,omitempty"`
+	// TornBytes is the length of the dropped fragment.
+	TornBytes int `json:"torn_bytes,omitempty"`
+}
+
+// maxLine bounds one history line; events are a few hundred bytes.
+const maxLine = 1 << 20
+
+// Read parses a history. A final line that is cut short (no newline and not
+// valid JSON) is dropped and reported; any other bad line is an error
+// wrapping [ErrCorrupt] that names the line.
+func Read(r io.Reader) ([]Event, ReadReport, error) {
+	var (
+		events []Event
+		rep    ReadReport
+	)
+	br := bufio.NewReaderSize(r, 64<<10)
+	for lineNo := 1; ; lineNo++ {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			// Rare: a long line; collect it whole.
+			full := append([]byte(nil), line...)
+			for errors.Is(err, bufio.ErrBufferFull) && len(full) < maxLine {
+				line, err = br.ReadSlice('\n')
+				full = append(full, line...)
+			}
+			line = full
+		}
+		if err != nil && !errors.Is(err, io.EOF) {
+			return events, rep, fmt.Errorf("read history line %d: %w", lineNo, err)
+		}
+		complete := len(line) > 0 && line[len(line)-1] == '\n'
+		trimmed := bytes.TrimSpace(line)
+		if len(trimmed) > 0 {
+			var e Event
+			if jerr := json.Unmarshal(trimmed, &e); jerr != nil {
+				if !complete && errors.Is(err, io.EOF) {
+					rep.TornTail = true
+					rep.TornBytes = len(line)
+					break
+				}
+				return events, rep, fmt.Errorf("%w: line %d: %v", ErrCorrupt, lineNo, jerr)
+			}
+			if verr := validate(e); verr != nil {
+				return events, rep, fmt.Errorf("%w: line %d: %v", ErrCorrupt, lineNo, verr)
+			}
+			events = append(events, e)
+		}
+		if errors.Is(err, io.EOF) {
+			break
+		}
+	}
+	rep.Events = len(events)
+	return events, rep, nil
+}
+
+// ReadFile reads the history at path.
+func ReadFile(path string) ([]Event, ReadReport, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, ReadReport{}, fmt.Errorf("open history: %w", err)
+	}
+	defer f.Close()
+	return Read(f)
+}
+
+func validate(e Event) error {
+	switch e.Type {
+	case Invoke, OK, Fail, Info:
+		if e.ID == 0 {
+			return fmt.Errorf("%s event without an id", e.Type)
+		}
+	case Nemesis:
+	default:
+		return fmt.Errorf("unknown event type %q", e.Type)
+	}
+	if e.Time < 0 {
+		return fmt.Errorf("negative time %d", e.Time)
+	}
+	return nil
+}
