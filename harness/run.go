@@ -100,18 +100,49 @@ func Run(ctx context.Context, cfg Config, deps Deps) (out *Outcome, err error) {
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			stack := debug.Stack()
-			_ = os.WriteFile(filepath.Join(r.dir, "panic.txt"), append(fmt.Appendf(nil, "panic: %v\n\n", p), stack...), 0o644)
-			err = fmt.Errorf("harness panic: %v (stack in %s)", p, filepath.Join(r.dir, "panic.txt"))
+			err = r.panicked(&PanicError{Value: p, Stack: debug.Stack()})
 			r.cleanup()
 			r.finish(err)
 			out = &Outcome{Dir: r.dir, Results: r.res}
 		}
 	}()
 	err = r.execute(ctx)
+	var pe *PanicError
+	if errors.As(err, &pe) {
+		err = r.panicked(pe)
+	}
 	r.cleanup()
 	r.finish(err)
 	return &Outcome{Dir: r.dir, Results: r.res}, err
+}
+
+// PanicError is a panic caught in one of the harness's goroutines.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("panic: %v", e.Value) }
+
+// protect turns a panic in f into a PanicError, so that a goroutine's panic
+// reaches Run's cleanup instead of killing the process.
+func protect(f func() error) func() error {
+	return func() (err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				err = &PanicError{Value: p, Stack: debug.Stack()}
+			}
+		}()
+		return f()
+	}
+}
+
+// panicked saves the stack in the run directory and returns the error to
+// report (one line, pointing at the file).
+func (r *run) panicked(pe *PanicError) error {
+	path := filepath.Join(r.dir, "panic.txt")
+	_ = os.WriteFile(path, append(fmt.Appendf(nil, "panic: %v\n\n", pe.Value), pe.Stack...), 0o644)
+	return fmt.Errorf("harness panic: %v (stack in %s)", pe.Value, path)
 }
 
 type run struct {
@@ -230,11 +261,11 @@ func (r *run) execute(ctx context.Context) error {
 		stop := context.AfterFunc(hard, cancel)
 		defer stop()
 		var g errgroup.Group
-		g.Go(func() error { return wl.Run(tctx, r.clients, r.rec) })
-		g.Go(func() error {
+		g.Go(protect(func() error { return wl.Run(tctx, r.clients, r.rec) }))
+		g.Go(protect(func() error {
 			rng := rand.New(rand.NewPCG(r.cfg.Seed, 0x6e656d))
 			return nemesis.Run(tctx, nems, r.env, r.cfg.Schedule(), rng, r.rec, r.log)
-		})
+		}))
 		return g.Wait()
 	})
 	if err != nil {
@@ -270,7 +301,7 @@ func (r *run) startClients(ctx context.Context, image string, recipe targets.Rec
 	g.SetLimit(4)
 	for i := range r.cfg.Concurrency {
 		name := "c" + strconv.Itoa(i+1)
-		g.Go(func() error {
+		g.Go(protect(func() error {
 			n, err := r.rt.Start(ctx, runtime.NodeSpec{
 				Name: name, Role: roleClient, Image: image, Interactive: true,
 				Cmd:  []string{"/usr/local/bin/splitbrain", "agent"},
@@ -297,7 +328,7 @@ func (r *run) startClients(ctx context.Context, image string, recipe targets.Rec
 			}
 			nodes[i], r.clients[i] = n, c
 			return nil
-		})
+		}))
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -152,7 +153,12 @@ func (w *Counter) Run(ctx context.Context, clients []*Client, rec *history.Recor
 	return g.Wait()
 }
 
-func (w *Counter) loop(ctx context.Context, c *Client, n int, rng *rand.Rand, rec *history.Recorder) error {
+func (w *Counter) loop(ctx context.Context, c *Client, n int, rng *rand.Rand, rec *history.Recorder) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("client %s: panic: %v\n%s", c.Name, p, debug.Stack())
+		}
+	}()
 	for ctx.Err() == nil {
 		key := Key(rng.IntN(w.opts.Keys))
 		_, err := w.op(context.WithoutCancel(ctx), c, n, history.FCriticalSection, key, w.opts.Fenced, rec)

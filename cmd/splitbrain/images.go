@@ -35,7 +35,6 @@ func newImagesCmd(g *globalFlags) *cobra.Command {
 			defer cli.Close()
 			b := images.NewBuilder(cli, log)
 			b.Progress = cmd.ErrOrStderr()
-			configureImages(b)
 			tags, err := b.Ensure(cmd.Context(), roles)
 			if err != nil {
 				return err

@@ -113,7 +113,6 @@ func dockerDeps(ctx context.Context, log *slog.Logger, progress io.Writer) (harn
 	}
 	b := images.NewBuilder(cli, log)
 	b.Progress = progress
-	configureImages(b)
 	deps := harness.Deps{
 		Targets: catalog.Targets(),
 		Images:  b.Ensure,
@@ -124,9 +123,6 @@ func dockerDeps(ctx context.Context, log *slog.Logger, progress io.Writer) (harn
 	}
 	return deps, func() { cli.Close() }, nil
 }
-
-// configureImages registers the artifacts beyond the splitbrain binary.
-func configureImages(b *images.Builder) {}
 
 func runTest(ctx context.Context, cfg harness.Config, log *slog.Logger, stdout, stderr io.Writer) error {
 	if err := cfg.Validate(catalog.TargetNames()); err != nil {

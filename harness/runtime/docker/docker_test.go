@@ -1,0 +1,191 @@
+package docker_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/network"
+	"github.com/docker/docker/client"
+
+	"github.com/splitbrain/splitbrain/harness/images"
+	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/harness/runtime/docker"
+	"github.com/splitbrain/splitbrain/harness/testenv"
+)
+
+func leftovers(t *testing.T, cli *client.Client, runID string) (int, int) {
+	t.Helper()
+	f := filters.NewArgs(filters.Arg("label", runtime.LabelRun+"="+runID))
+	cs, err := cli.ContainerList(context.Background(), container.ListOptions{All: true, Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := cli.NetworkList(context.Background(), network.ListOptions{Filters: f})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(cs), len(ns)
+}
+
+func procState(t *testing.T, ctx context.Context, n runtime.Node) string {
+	t.Helper()
+	out, err := runtime.Run(ctx, n, "sh", "-c", "grep '^State:' /proc/1/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func TestRuntime(t *testing.T) {
+	cli := testenv.Docker(t)
+	img := testenv.Images(t, cli, images.RoleClient)[images.RoleClient]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	runID := fmt.Sprintf("t%d", time.Now().UnixNano()%1e9)
+	rt, err := docker.New(ctx, cli, docker.Options{RunID: runID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			rt.Close(context.Background())
+		}
+	})
+
+	a, err := rt.Start(ctx, runtime.NodeSpec{Name: "a", Role: "test", Image: img, Cmd: []string{"sleep", "infinity"}, Caps: []string{runtime.CapNetAdmin}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := rt.Start(ctx, runtime.NodeSpec{Name: "b", Role: "test", Image: img, Cmd: []string{"cat"}, Interactive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rt.Subnet().Contains(a.Addr()) || a.Addr() == b.Addr() {
+		t.Fatalf("addresses %v %v outside %v or equal", a.Addr(), b.Addr(), rt.Subnet())
+	}
+
+	t.Run("exec and fixed addresses", func(t *testing.T) {
+		out, err := runtime.Run(ctx, a, "ip", "-4", "-o", "addr", "show", "eth0")
+		if err != nil || !strings.Contains(string(out), a.Addr().String()+"/24") {
+			t.Fatalf("ip addr: %s %v", out, err)
+		}
+		if _, err := runtime.Run(ctx, a, "ping", "-c", "1", "-W", "2", b.Addr().String()); err != nil {
+			t.Fatalf("a cannot reach b: %v", err)
+		}
+		res, err := a.Exec(ctx, []string{"sh", "-c", "echo oops >&2; exit 3"})
+		if !errors.Is(err, runtime.ErrExit) || res.ExitCode != 3 || strings.TrimSpace(string(res.Stderr)) != "oops" {
+			t.Fatalf("exit status: %+v %v", res, err)
+		}
+	})
+
+	t.Run("console survives a partition", func(t *testing.T) {
+		// Cut b off from everything; its stdio still works.
+		if _, err := runtime.Run(ctx, a, "iptables", "-A", "INPUT", "-s", b.Addr().String(), "-j", "DROP"); err != nil {
+			t.Fatal(err)
+		}
+		stdin, stdout := b.(runtime.Console).Stdio()
+		sc := bufio.NewScanner(stdout)
+		if _, err := fmt.Fprintln(stdin, "hello"); err != nil {
+			t.Fatal(err)
+		}
+		if !sc.Scan() || sc.Text() != "hello" {
+			t.Fatalf("echo: %q %v", sc.Text(), sc.Err())
+		}
+	})
+
+	t.Run("stop and continue", func(t *testing.T) {
+		if err := a.Signal(ctx, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		if s := procState(t, ctx, a); !strings.Contains(s, "T (stopped)") {
+			t.Fatalf("after SIGSTOP: %s", s)
+		}
+		if err := a.Signal(ctx, syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+		if s := procState(t, ctx, a); !strings.Contains(s, "S (sleeping)") {
+			t.Fatalf("after SIGCONT: %s", s)
+		}
+	})
+
+	t.Run("kill and restart keeps files", func(t *testing.T) {
+		if _, err := runtime.Run(ctx, a, "sh", "-c", "echo kept > /var/tmp/mark"); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Signal(ctx, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.(runtime.Restarter).Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		out, err := runtime.Run(ctx, a, "cat", "/var/tmp/mark")
+		if err != nil || strings.TrimSpace(string(out)) != "kept" {
+			t.Fatalf("after restart: %q %v", out, err)
+		}
+		if out, _ := runtime.Run(ctx, a, "ip", "-4", "-o", "addr", "show", "eth0"); !strings.Contains(string(out), a.Addr().String()) {
+			t.Fatalf("address changed after restart: %s", out)
+		}
+	})
+
+	if c, n := leftovers(t, cli, runID); c != 2 || n != 1 {
+		t.Fatalf("before close: %d containers, %d networks", c, n)
+	}
+	if err := rt.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	closed = true
+	if c, n := leftovers(t, cli, runID); c != 0 || n != 0 {
+		t.Fatalf("after close: %d containers, %d networks left", c, n)
+	}
+}
+
+func TestCleanRemovesLeftovers(t *testing.T) {
+	cli := testenv.Docker(t)
+	img := testenv.Images(t, cli, images.RoleClient)[images.RoleClient]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	runID := fmt.Sprintf("k%d", time.Now().UnixNano()%1e9)
+	rt, err := docker.New(ctx, cli, docker.Options{RunID: runID, Keep: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rt.Start(ctx, runtime.NodeSpec{Name: "a", Role: "test", Image: img, Cmd: []string{"sleep", "infinity"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.Close(ctx); err != nil { // Keep: leaves everything
+		t.Fatal(err)
+	}
+	if c, n := leftovers(t, cli, runID); c != 1 || n != 1 {
+		t.Fatalf("kept: %d containers, %d networks", c, n)
+	}
+	c, n, err := docker.Clean(ctx, cli, runID)
+	if err != nil || c != 1 || n != 1 {
+		t.Fatalf("clean removed %d containers, %d networks: %v", c, n, err)
+	}
+	if c, n := leftovers(t, cli, runID); c != 0 || n != 0 {
+		t.Fatalf("after clean: %d containers, %d networks", c, n)
+	}
+}
+
+func TestMissingImageIsClear(t *testing.T) {
+	cli := testenv.Docker(t)
+	ctx := context.Background()
+	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("m%d", time.Now().UnixNano()%1e9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close(ctx)
+	_, err = rt.Start(ctx, runtime.NodeSpec{Name: "a", Role: "test", Image: "splitbrain-nothing:0", Cmd: []string{"true"}})
+	if err == nil || !strings.Contains(err.Error(), "splitbrain images build") {
+		t.Fatalf("missing image: %v", err)
+	}
+}

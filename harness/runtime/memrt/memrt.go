@@ -1,0 +1,319 @@
+// Package memrt is an in-memory runtime: nodes are goroutines running Go
+// functions, so the harness's wiring (start, control channel, pause, heal,
+// cleanup) can be tested without Docker, as hashicorp/raft tests its logic
+// over an in-memory transport.
+//
+// SIGSTOP closes a node's [Gate] and SIGCONT opens it; a program that calls
+// Gate.Wait between its steps freezes as a stopped process would. SIGKILL
+// cancels the program's context. Exec runs an optional per-node handler and
+// records every command.
+package memrt
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"slices"
+	"sync"
+	"syscall"
+
+	"github.com/splitbrain/splitbrain/harness/runtime"
+)
+
+// Proc is what a program gets: its node's identity, stdio and gate.
+type Proc struct {
+	Name   string
+	Role   string
+	Args   []string
+	Stdin  io.Reader
+	Stdout io.Writer
+	Gate   *Gate
+}
+
+// Program is a node's main process.
+type Program func(ctx context.Context, p *Proc) error
+
+// ExecFunc answers commands exec'd in a node.
+type ExecFunc func(ctx context.Context, node string, argv []string) (runtime.ExecResult, error)
+
+// Gate is open while a node runs and closed while it is stopped.
+//
+// A Gate is safe for concurrent use.
+type Gate struct {
+	mu     sync.Mutex
+	closed bool
+	open   chan struct{}
+}
+
+// NewGate returns an open gate.
+func NewGate() *Gate {
+	ch := make(chan struct{})
+	close(ch)
+	return &Gate{open: ch}
+}
+
+// Wait blocks while the gate is closed.
+func (g *Gate) Wait() {
+	g.mu.Lock()
+	ch := g.open
+	g.mu.Unlock()
+	<-ch
+}
+
+// Stopped reports whether the gate is closed.
+func (g *Gate) Stopped() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
+}
+
+func (g *Gate) stop() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.closed {
+		g.closed = true
+		g.open = make(chan struct{})
+	}
+}
+
+func (g *Gate) resume() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		g.closed = false
+		close(g.open)
+	}
+}
+
+// Runtime runs nodes as goroutines. It is safe for concurrent use.
+type Runtime struct {
+	programs map[string]Program
+	exec     ExecFunc
+
+	mu     sync.Mutex
+	next   netip.Addr
+	addrs  map[string]netip.Addr
+	nodes  []*Node
+	execs  [][]string
+	closed bool
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New returns a runtime running programs[role] for each node's role.
+// exec, when set, answers Exec calls; otherwise every command succeeds
+// with no output.
+func New(programs map[string]Program, exec ExecFunc) *Runtime {
+	return &Runtime{programs: programs, exec: exec, next: netip.AddrFrom4([4]byte{10, 99, 0, 10}), addrs: map[string]netip.Addr{}}
+}
+
+// Name implements runtime.Runtime.
+func (r *Runtime) Name() string { return "memory" }
+
+// Reserve implements runtime.Runtime.
+func (r *Runtime) Reserve(name string) (netip.Addr, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if a, ok := r.addrs[name]; ok {
+		return a, nil
+	}
+	a := r.next
+	r.next = a.Next()
+	r.addrs[name] = a
+	return a, nil
+}
+
+// Start implements runtime.Runtime.
+func (r *Runtime) Start(ctx context.Context, spec runtime.NodeSpec) (runtime.Node, error) {
+	prog, ok := r.programs[spec.Role]
+	if !ok {
+		return nil, fmt.Errorf("memrt: no program for role %q", spec.Role)
+	}
+	addr, err := r.Reserve(spec.Name)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{rt: r, spec: spec, addr: addr, gate: NewGate(), prog: prog}
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return nil, errors.New("memrt: runtime closed")
+	}
+	r.nodes = append(r.nodes, n)
+	r.mu.Unlock()
+	n.start()
+	return n, nil
+}
+
+// Nodes implements runtime.Runtime.
+func (r *Runtime) Nodes() []runtime.Node {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]runtime.Node, len(r.nodes))
+	for i, n := range r.nodes {
+		out[i] = n
+	}
+	return out
+}
+
+// Execs returns every command exec'd so far, as "node argv...".
+func (r *Runtime) Execs() [][]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.execs)
+}
+
+// Close implements runtime.Runtime: every program is cancelled and waited
+// for.
+func (r *Runtime) Close(ctx context.Context) error {
+	r.mu.Lock()
+	r.closed = true
+	nodes := slices.Clone(r.nodes)
+	r.mu.Unlock()
+	for _, n := range nodes {
+		n.kill()
+	}
+	for _, n := range nodes {
+		select {
+		case <-n.exited():
+		case <-ctx.Done():
+			return fmt.Errorf("memrt close: %w", ctx.Err())
+		}
+	}
+	return nil
+}
+
+// Closed reports whether Close was called.
+func (r *Runtime) Closed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+// Node is one in-memory node.
+type Node struct {
+	rt   *Runtime
+	spec runtime.NodeSpec
+	addr netip.Addr
+	gate *Gate
+	prog Program
+
+	mu     sync.Mutex
+	cancel context.CancelFunc
+	done   chan struct{}
+	stdin  io.WriteCloser
+	stdout io.Reader
+	err    error
+	logs   []byte
+}
+
+var (
+	_ runtime.Node      = (*Node)(nil)
+	_ runtime.Console   = (*Node)(nil)
+	_ runtime.Restarter = (*Node)(nil)
+)
+
+func (n *Node) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan struct{})
+	n.mu.Lock()
+	n.cancel, n.done, n.stdin, n.stdout = cancel, done, inW, outR
+	n.mu.Unlock()
+	p := &Proc{Name: n.spec.Name, Role: n.spec.Role, Args: n.spec.Cmd, Stdin: inR, Stdout: outW, Gate: n.gate}
+	go func() {
+		defer close(done)
+		err := n.prog(ctx, p)
+		outW.CloseWithError(io.EOF)
+		inR.Close()
+		n.mu.Lock()
+		n.err = err
+		n.logs = fmt.Appendf(n.logs, "exited: %v\n", err)
+		n.mu.Unlock()
+	}()
+}
+
+func (n *Node) exited() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.done
+}
+
+func (n *Node) kill() {
+	n.mu.Lock()
+	cancel := n.cancel
+	n.mu.Unlock()
+	n.gate.resume() // a stopped program must be able to see its cancellation
+	cancel()
+}
+
+// Gate is the node's stop/continue gate.
+func (n *Node) Gate() *Gate { return n.gate }
+
+// Name implements runtime.Node.
+func (n *Node) Name() string { return n.spec.Name }
+
+// Role implements runtime.Node.
+func (n *Node) Role() string { return n.spec.Role }
+
+// Addr implements runtime.Node.
+func (n *Node) Addr() netip.Addr { return n.addr }
+
+// Exec implements runtime.Node.
+func (n *Node) Exec(ctx context.Context, argv []string) (runtime.ExecResult, error) {
+	n.rt.mu.Lock()
+	n.rt.execs = append(n.rt.execs, append([]string{n.spec.Name}, argv...))
+	n.rt.mu.Unlock()
+	if n.rt.exec == nil {
+		return runtime.ExecResult{}, nil
+	}
+	return n.rt.exec(ctx, n.spec.Name, argv)
+}
+
+// Signal implements runtime.Node.
+func (n *Node) Signal(_ context.Context, sig syscall.Signal) error {
+	switch sig {
+	case syscall.SIGSTOP:
+		n.gate.stop()
+	case syscall.SIGCONT:
+		n.gate.resume()
+	case syscall.SIGKILL, syscall.SIGTERM:
+		n.kill()
+	default:
+		return fmt.Errorf("memrt: signal %v not supported", sig)
+	}
+	n.mu.Lock()
+	n.logs = fmt.Appendf(n.logs, "signal %v\n", sig)
+	n.mu.Unlock()
+	return nil
+}
+
+// Logs implements runtime.Node.
+func (n *Node) Logs(_ context.Context, w io.Writer) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	_, err := w.Write(n.logs)
+	return err
+}
+
+// Stdio implements runtime.Console.
+func (n *Node) Stdio() (io.WriteCloser, io.Reader) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stdin, n.stdout
+}
+
+// Restart implements runtime.Restarter.
+func (n *Node) Restart(ctx context.Context) error {
+	n.kill()
+	select {
+	case <-n.exited():
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	n.start()
+	return nil
+}

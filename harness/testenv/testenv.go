@@ -1,0 +1,63 @@
+// Package testenv gives integration tests a Docker engine and splitbrain's
+// images. Without a reachable engine a test is skipped — except when the
+// environment variable CI is "true", where a missing engine, or images that
+// cannot be built, fail the test: integration tests never skip silently in
+// CI.
+package testenv
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/client"
+
+	"github.com/splitbrain/splitbrain/harness/images"
+	"github.com/splitbrain/splitbrain/harness/runtime/docker"
+)
+
+// InCI reports whether the tests run in CI (CI=true).
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// unavailable skips, or fails in CI.
+func unavailable(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	if InCI() {
+		tb.Fatalf("CI=true and "+format, args...)
+	}
+	tb.Skipf(format+" (set CI=true to make this a failure)", args...)
+}
+
+// Docker returns a client of the local engine, closed at cleanup.
+func Docker(tb testing.TB) *client.Client {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cli, err := docker.Connect(ctx)
+	if err != nil {
+		unavailable(tb, "no Docker engine: %v", err)
+	}
+	tb.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// Images returns the image of each role, building what is missing from
+// this repository (serialized across test binaries by the builder's lock).
+func Images(tb testing.TB, cli *client.Client, roles ...string) map[string]string {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	b := images.NewBuilder(cli, slog.New(slog.DiscardHandler))
+	b.Progress = logWriter{tb}
+	tags, err := b.Ensure(ctx, roles)
+	if err != nil {
+		unavailable(tb, "images cannot be built: %v", err)
+	}
+	return tags
+}
+
+type logWriter struct{ tb testing.TB }
+
+func (w logWriter) Write(p []byte) (int, error) { w.tb.Log(string(p)); return len(p), nil }
