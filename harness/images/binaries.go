@@ -26,8 +26,11 @@ const ModulePath = "github.com/splitbrain/splitbrain"
 func FindSource(dir string) (string, bool) {
 	for {
 		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && bytes.HasPrefix(bytes.TrimSpace(b), []byte("module "+ModulePath+"\n")) {
-			return dir, true
+		if err == nil {
+			first, _, _ := bytes.Cut(bytes.TrimSpace(b), []byte("\n"))
+			if string(bytes.TrimSpace(first)) == "module "+ModulePath {
+				return dir, true
+			}
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {

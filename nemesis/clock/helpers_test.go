@@ -356,3 +356,9 @@ func phase(t *testing.T, name string) func() {
 	start := time.Now()
 	return func() { t.Logf("phase %-32s %8s", name, time.Since(start).Round(time.Millisecond)) }
 }
+
+func stringsReader(s string) io.Reader { return strings.NewReader(s) }
+
+func fmtSscan(s string, v *int64) (int, error) { return fmt.Sscan(s, v) }
+
+func io_ReadFull(r io.Reader, b []byte) (int, error) { return io.ReadFull(r, b) }

@@ -116,6 +116,8 @@ func (e *APIError) Is(target error) bool {
 	return false
 }
 
+var _ error = (*APIError)(nil)
+
 // Option configures a Client.
 type Option func(*Client)
 

@@ -32,6 +32,9 @@ type Lease struct {
 	renewFailures atomic.Int64
 }
 
+// Lease satisfies the harness's targets.RenewCounter.
+var _ interface{ RenewFailures() int } = (*Lease)(nil)
+
 func newLease(c *Client, r leaseResponse, sent time.Time) *Lease {
 	ttl := time.Duration(r.TTLMillis) * time.Millisecond
 	return &Lease{

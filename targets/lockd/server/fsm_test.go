@@ -47,8 +47,8 @@ func TestFSMApply(t *testing.T) {
 		// tokenOf makes cmd.Token (and Epoch for expire) the token or
 		// epoch of an earlier step's result, by step index.
 		tokenOf, epochOf int
-		want            outcome
-		wantToken       int // index of the step whose token the result must carry; -1: 0
+		want             outcome
+		wantToken        int // index of the step whose token the result must carry; -1: 0
 	}
 	acq := func(key, owner string) command {
 		return command{Op: opAcquire, Key: key, Owner: owner, TTL: ttl}

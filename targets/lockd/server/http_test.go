@@ -199,7 +199,9 @@ func TestHTTPErrorCodes(t *testing.T) {
 		{"ttl above max", "POST", L + "/v1/acquire", `{"key":"k","owner":"a","ttl_ms":3600000}`, 400, "bad_request", nil},
 		{"negative wait", "POST", L + "/v1/acquire", `{"key":"k","owner":"a","wait_ms":-1}`, 400, "bad_request", nil},
 		{"held", "POST", L + "/v1/acquire", `{"key":"held","owner":"b","ttl_ms":1000}`, 409, "lock_held",
-			func(m map[string]any) bool { return num(m, "token") == float64(held.Token) && num(m, "remaining_ms") > 0 }},
+			func(m map[string]any) bool {
+				return num(m, "token") == float64(held.Token) && num(m, "remaining_ms") > 0
+			}},
 		{"lock-delay", "POST", L + "/v1/acquire", `{"key":"delayed","owner":"b"}`, 423, "lock_delay",
 			func(m map[string]any) bool { return num(m, "remaining_ms") > 0 }},
 		{"renew with a wrong token", "POST", L + "/v1/renew", `{"key":"held","owner":"a","token":` + strconv.FormatUint(held.Token+1000, 10) + `}`, 403, "not_owner",
@@ -213,9 +215,13 @@ func TestHTTPErrorCodes(t *testing.T) {
 		{"read on a follower", "GET", F + "/v1/lock?key=held", "", 421, "not_leader", nil},
 		{"wrong method", "GET", L + "/v1/acquire", "", 405, "", nil},
 		{"grant", "POST", L + "/v1/acquire", `{"key":"fresh","owner":"a","ttl_ms":2000}`, 200, "",
-			func(m map[string]any) bool { return num(m, "token") > 0 && num(m, "ttl_ms") == 2000 && m["renewed"] == false }},
+			func(m map[string]any) bool {
+				return num(m, "token") > 0 && num(m, "ttl_ms") == 2000 && m["renewed"] == false
+			}},
 		{"renew", "POST", L + "/v1/renew", `{"key":"held","owner":"a","token":` + tok + `}`, 200, "",
-			func(m map[string]any) bool { return num(m, "token") == float64(held.Token) && num(m, "ttl_ms") == 10000 }},
+			func(m map[string]any) bool {
+				return num(m, "token") == float64(held.Token) && num(m, "ttl_ms") == 10000
+			}},
 		{"read", "GET", L + "/v1/lock?key=held", "", 200, "",
 			func(m map[string]any) bool {
 				return m["held"] == true && m["owner"] == "a" && num(m, "token") == float64(held.Token) && num(m, "remaining_ms") > 0

@@ -181,7 +181,7 @@ func TestLeaderChangeWaitOut(t *testing.T) {
 		t.Fatalf("busy error token %d remaining %v; want token %d and >= 6s left of the wait-out", oe.token, oe.remaining, a.Token)
 	}
 
-	c.clock.Advance(t0.Add(12 * time.Second).Sub(c.clock.Now()) - time.Millisecond) // t0+12s-1ms
+	c.clock.Advance(t0.Add(12*time.Second).Sub(c.clock.Now()) - time.Millisecond) // t0+12s-1ms
 	c.settle()
 	if _, err := c.acquire(rest, "k", "b", 5*time.Second); !errors.Is(err, errLockHeld) {
 		t.Fatalf("acquire just before the wait-out ends: %v, want lock held", err)

@@ -1,0 +1,194 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/harness/runtime/memrt"
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+func TestWeights(t *testing.T) {
+	tests := []struct {
+		spec string
+		want map[string]int
+		ok   bool
+	}{
+		{"holder=2,node=1", map[string]int{"holder": 2, "node": 1}, true},
+		{"holder", map[string]int{"holder": 1}, true},
+		{"holder,holder", map[string]int{"holder": 2}, true},
+		{"", nil, false},
+		{"holder=0", nil, false},
+		{"holder=-1", nil, false},
+		{"moon=1", nil, false},
+		{"holder=x", nil, false},
+	}
+	for _, tt := range tests {
+		got, err := Weights(tt.spec, PauseGroups)
+		if (err == nil) != tt.ok {
+			t.Errorf("%q: err %v", tt.spec, err)
+			continue
+		}
+		for k, v := range tt.want {
+			if got[k] != v {
+				t.Errorf("%q: %s=%d, want %d", tt.spec, k, got[k], v)
+			}
+		}
+	}
+}
+
+func TestPickFollowsWeightsAndSeed(t *testing.T) {
+	w := map[string]int{"holder": 3, "node": 1}
+	count := map[string]int{}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var seq []string
+	for range 4000 {
+		p := pick(rng, w)
+		count[p]++
+		seq = append(seq, p)
+	}
+	if r := float64(count["holder"]) / 4000; r < 0.7 || r > 0.8 {
+		t.Fatalf("holder share %.2f, want about 0.75", r)
+	}
+	rng = rand.New(rand.NewPCG(1, 2))
+	for i := range 100 {
+		if p := pick(rng, w); p != seq[i] {
+			t.Fatalf("draw %d differs with the same seed", i)
+		}
+	}
+}
+
+func TestParse(t *testing.T) {
+	known := map[string]Nemesis{"pause": &Pause{}}
+	if ns, err := Parse("pause, none,", known); err != nil || len(ns) != 1 {
+		t.Fatalf("%v %v", ns, err)
+	}
+	if ns, err := Parse("none", known); err != nil || len(ns) != 0 {
+		t.Fatalf("%v %v", ns, err)
+	}
+	if _, err := Parse("pause,meteor", known); err == nil {
+		t.Fatal("unknown nemesis accepted")
+	}
+}
+
+func memEnv(t *testing.T) (*Env, *memrt.Runtime) {
+	t.Helper()
+	idle := func(ctx context.Context, _ *memrt.Proc) error { <-ctx.Done(); return nil }
+	rt := memrt.New(map[string]memrt.Program{"x": idle}, nil)
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	start := func(name string) runtime.Node {
+		n, err := rt.Start(context.Background(), runtime.NodeSpec{Name: name, Role: "x"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	env := &Env{Nodes: []runtime.Node{start("n1")}, Store: start("store"), Clients: []runtime.Node{start("c1"), start("c2")}}
+	return env, rt
+}
+
+func recorder(t *testing.T) (*history.Recorder, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "h.jsonl")
+	w, err := history.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return history.NewRecorder(w, history.NewMonotonicClock()), path
+}
+
+func TestRunRecordsAndHeals(t *testing.T) {
+	env, rt := memEnv(t)
+	env.InCriticalSection = func() []string { return []string{"c2"} }
+	rec, path := recorder(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	p := &Pause{Weights: map[string]int{GroupHolder: 1}, HolderWait: time.Millisecond}
+	sched := Schedule{Interval: 20 * time.Millisecond, MinDuration: 30 * time.Millisecond, MaxDuration: 60 * time.Millisecond}
+	var stoppedDuringFault atomic.Bool
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		for ctx.Err() == nil {
+			for _, n := range rt.Nodes() {
+				if n.(*memrt.Node).Gate().Stopped() {
+					if n.Name() != "c2" {
+						t.Errorf("paused %s, not the holder", n.Name())
+					}
+					stoppedDuringFault.Store(true)
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	if err := Run(ctx, []Nemesis{p}, env, sched, rand.New(rand.NewPCG(1, 1)), rec, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	<-watched
+	for _, n := range rt.Nodes() {
+		if n.(*memrt.Node).Gate().Stopped() {
+			t.Fatalf("%s still stopped after Run", n.Name())
+		}
+	}
+	events, _, err := history.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts, ends := 0, 0
+	for _, e := range events {
+		switch e.Phase {
+		case history.PhaseStart:
+			starts++
+		case history.PhaseEnd:
+			ends++
+		}
+	}
+	if starts < 2 || starts != ends || !stoppedDuringFault.Load() {
+		t.Fatalf("%d starts, %d ends, stopped %v", starts, ends, stoppedDuringFault.Load())
+	}
+}
+
+func TestPauseFallsBackToAnyClient(t *testing.T) {
+	env, _ := memEnv(t)
+	env.InCriticalSection = func() []string { return nil }
+	p := &Pause{Weights: map[string]int{GroupHolder: 1}, HolderWait: 10 * time.Millisecond}
+	f, err := p.Inject(context.Background(), env, rand.New(rand.NewPCG(3, 3)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Heal(context.Background())
+	if tg := f.Targets()[0]; tg != "c1" && tg != "c2" {
+		t.Fatalf("fallback paused %s", tg)
+	}
+}
+
+type failingNode struct{ runtime.Node }
+
+func (failingNode) Signal(_ context.Context, sig syscall.Signal) error {
+	if sig == syscall.SIGCONT {
+		return errors.New("daemon gone")
+	}
+	return nil
+}
+
+func TestHealFailureIsReturned(t *testing.T) {
+	env, _ := memEnv(t)
+	env.Nodes = []runtime.Node{failingNode{env.Nodes[0]}}
+	rec, _ := recorder(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	p := &Pause{Weights: map[string]int{GroupNode: 1}}
+	err := Run(ctx, []Nemesis{p}, env, Schedule{Interval: 10 * time.Millisecond, MinDuration: 10 * time.Millisecond, MaxDuration: 10 * time.Millisecond}, rand.New(rand.NewPCG(1, 1)), rec, slog.New(slog.DiscardHandler))
+	if err == nil {
+		t.Fatal("a failed heal was not reported")
+	}
+}
