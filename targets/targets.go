@@ -126,3 +126,10 @@ type Cluster interface {
 	// Versions reports the backend's software versions for results.json.
 	Versions(ctx context.Context) map[string]string
 }
+
+// LeaderFinder is implemented by clusters with a leader, so that a
+// partition can isolate it.
+type LeaderFinder interface {
+	// Leader returns the node that currently leads.
+	Leader(ctx context.Context) (runtime.Node, error)
+}

@@ -123,6 +123,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newCleanCmd(g),
 		newAgentCmd(g),
 		newStoreCmd(g),
+		newProbeCmd(g),
 	)
 	return root
 }

@@ -132,23 +132,33 @@ func (b *Builder) splitbrainBinary(ctx context.Context) (Artifact, error) {
 		art.Path = self
 		return art, nil
 	}
-	sum, err := TreeHash(root)
+	var err error
+	art.Path, err = b.cachedBuild(ctx, "splitbrain", root, "./cmd/splitbrain")
+	return art, err
+}
+
+// cachedBuild builds pkg of the module at dir into the binary cache as
+// name-<arch>-<hash of dir>, unless that file exists, and removes older
+// builds of name.
+func (b *Builder) cachedBuild(ctx context.Context, name, dir, pkg string) (string, error) {
+	sum, err := TreeHash(dir)
 	if err != nil {
-		return art, err
+		return "", err
 	}
-	dir := filepath.Join(b.CacheDir, "bin")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return art, fmt.Errorf("binary cache: %w", err)
+	cache := filepath.Join(b.CacheDir, "bin")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", fmt.Errorf("binary cache: %w", err)
 	}
-	art.Path = filepath.Join(dir, "splitbrain-"+runtime.GOARCH+"-"+sum)
-	if _, err := os.Stat(art.Path); err == nil {
-		return art, nil
+	prefix := name + "-" + runtime.GOARCH + "-"
+	path := filepath.Join(cache, prefix+sum)
+	if _, err := os.Stat(path); err == nil {
+		return path, nil
 	}
-	if err := GoBuild(ctx, root, "./cmd/splitbrain", art.Path, b.progress); err != nil {
-		return art, err
+	if err := GoBuild(ctx, dir, pkg, path, b.progress); err != nil {
+		return "", err
 	}
-	pruneOld(dir, "splitbrain-"+runtime.GOARCH+"-", filepath.Base(art.Path))
-	return art, nil
+	pruneOld(cache, prefix, filepath.Base(path))
+	return path, nil
 }
 
 // pruneOld removes earlier builds named prefix* other than keep.
@@ -174,4 +184,20 @@ func isStatic(path string) bool {
 		}
 	}
 	return true
+}
+
+// EtcdBuildDir is the module that builds etcd, relative to the repository.
+const EtcdBuildDir = "targets/etcd/build"
+
+// EtcdBinary is the ArtifactFunc of the etcd image: etcd built from the
+// pinned server module in EtcdBuildDir (cached by that module's hash).
+func EtcdBinary(ctx context.Context, b *Builder) (Artifact, error) {
+	art := Artifact{Name: "etcd", Dest: "/usr/local/bin/etcd"}
+	root, ok := b.source()
+	if !ok {
+		return art, ErrNoSource
+	}
+	var err error
+	art.Path, err = b.cachedBuild(ctx, "etcd", filepath.Join(root, EtcdBuildDir), ".")
+	return art, err
 }

@@ -122,7 +122,10 @@ func NewBuilder(cli *client.Client, log *slog.Logger) *Builder {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Builder{Client: cli, CacheDir: filepath.Join(cache, "splitbrain"), Mirror: mirror, Progress: os.Stderr, Log: log, Extra: map[string][]ArtifactFunc{}}
+	return &Builder{
+		Client: cli, CacheDir: filepath.Join(cache, "splitbrain"), Mirror: mirror, Progress: os.Stderr, Log: log,
+		Extra: map[string][]ArtifactFunc{RoleEtcd: {EtcdBinary}},
+	}
 }
 
 func (b *Builder) progress(format string, args ...any) {

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/etcd"
 	"github.com/splitbrain/splitbrain/targets/redis"
 )
 
@@ -13,6 +14,7 @@ import (
 func Targets() map[string]targets.Target {
 	return map[string]targets.Target{
 		"redis": redis.Target{},
+		"etcd":  etcd.Target{},
 	}
 }
 
@@ -30,5 +32,6 @@ func TargetNames() []string {
 func Lockers() map[string]targets.LockerFactory {
 	return map[string]targets.LockerFactory{
 		"redis": redis.NewLocker,
+		"etcd":  etcd.NewLocker,
 	}
 }

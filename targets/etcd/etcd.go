@@ -1,0 +1,274 @@
+// Package etcd is the etcd target: a 3-node cluster (one container each,
+// fixed addresses) of etcd built from a pinned go.etcd.io/etcd/server/v3
+// release, and its lock recipe on go.etcd.io/etcd/client/v3/concurrency.
+//
+// Health checks and leader discovery run inside the nodes (`splitbrain probe
+// etcd` against the member's own client port), over the exec channel that
+// partitions do not cut.
+package etcd
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/targets"
+)
+
+// Ports of an etcd member.
+const (
+	ClientPort = 2379
+	PeerPort   = 2380
+)
+
+// Role is the image role of etcd nodes.
+const Role = "etcd"
+
+// DataDir is where a member keeps its data, inside its node; a restarted
+// node finds it again.
+const DataDir = "/var/lib/etcd"
+
+// Target is the etcd backend.
+type Target struct {
+	// Nodes is the cluster size (3 when zero).
+	Nodes int
+}
+
+var _ targets.Target = Target{}
+
+// Name implements targets.Target.
+func (Target) Name() string { return "etcd" }
+
+// Roles implements targets.Target.
+func (Target) Roles() []string { return []string{Role} }
+
+func (t Target) size() int {
+	if t.Nodes <= 0 {
+		return 3
+	}
+	return t.Nodes
+}
+
+// Command is member name's command line in a cluster of peers (name → address).
+func Command(name string, addr string, peers map[string]string, token string) []string {
+	var initial []string
+	for _, n := range sortedNames(peers) {
+		initial = append(initial, fmt.Sprintf("%s=http://%s", n, net.JoinHostPort(peers[n], strconv.Itoa(PeerPort))))
+	}
+	return []string{"/usr/local/bin/etcd",
+		"--name", name,
+		"--data-dir", DataDir,
+		"--listen-client-urls", fmt.Sprintf("http://0.0.0.0:%d", ClientPort),
+		"--advertise-client-urls", "http://" + net.JoinHostPort(addr, strconv.Itoa(ClientPort)),
+		"--listen-peer-urls", fmt.Sprintf("http://0.0.0.0:%d", PeerPort),
+		"--initial-advertise-peer-urls", "http://" + net.JoinHostPort(addr, strconv.Itoa(PeerPort)),
+		"--initial-cluster", strings.Join(initial, ","),
+		"--initial-cluster-state", "new",
+		"--initial-cluster-token", token,
+		"--heartbeat-interval", "100",
+		"--election-timeout", "1000",
+		"--log-level", "warn",
+	}
+}
+
+// sortedNames orders node names by number (n1 < n2 < n10).
+func sortedNames(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for n := range m {
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b string) int { return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b)) })
+	return out
+}
+
+// Start implements targets.Target: it starts the members together and
+// waits until every one answers and they agree on a leader.
+func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
+	peers := map[string]string{}
+	names := make([]string, t.size())
+	for i := range names {
+		names[i] = fmt.Sprintf("n%d", i+1)
+		a, err := rt.Reserve(names[i])
+		if err != nil {
+			return nil, fmt.Errorf("reserve %s: %w", names[i], err)
+		}
+		peers[names[i]] = a.String()
+	}
+	token := fmt.Sprintf("splitbrain-%d", time.Now().UnixNano())
+	nodes := make([]runtime.Node, len(names))
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for i, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			n, err := rt.Start(ctx, runtime.NodeSpec{
+				Name: name, Role: Role, Image: opts.Images[Role],
+				Cmd:  Command(name, peers[name], peers, token),
+				Caps: []string{runtime.CapNetAdmin},
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("start %s: %w", name, err))
+				return
+			}
+			nodes[i] = n
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	c := &Cluster{nodes: nodes, ttl: opts.TTL, opts: opts.RecipeOptions}
+	if err := c.WaitHealthy(ctx, 30*time.Second); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Cluster is a running etcd cluster.
+type Cluster struct {
+	nodes []runtime.Node
+	ttl   time.Duration
+	opts  map[string]string
+}
+
+var _ targets.Cluster = (*Cluster)(nil)
+
+// Nodes implements targets.Cluster.
+func (c *Cluster) Nodes() []runtime.Node { return c.nodes }
+
+// Recipe implements targets.Cluster.
+func (c *Cluster) Recipe() targets.RecipeConfig {
+	eps := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		eps[i] = net.JoinHostPort(n.Addr().String(), strconv.Itoa(ClientPort))
+	}
+	return targets.RecipeConfig{Kind: "etcd", Endpoints: eps, TTL: targets.Duration(c.ttl), Options: c.opts}
+}
+
+// Versions implements targets.Cluster.
+func (c *Cluster) Versions(ctx context.Context) map[string]string {
+	out, err := runtime.Run(ctx, c.nodes[0], "/usr/local/bin/etcd", "--version")
+	if err != nil {
+		return map[string]string{"etcd": "unknown"}
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "etcd Version: "); ok {
+			return map[string]string{"etcd": strings.TrimSpace(v)}
+		}
+	}
+	return map[string]string{"etcd": "unknown"}
+}
+
+// Status is one member's view, as `splitbrain probe etcd` prints it.
+type Status struct {
+	Member  uint64 `json:"member"`
+	Leader  uint64 `json:"leader"`
+	Term    uint64 `json:"term"`
+	Index   uint64 `json:"index"`
+	Version string `json:"version"`
+}
+
+// Probe asks the member at endpoint for its status (run inside a node).
+func Probe(ctx context.Context, endpoint string) (Status, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return Status{}, fmt.Errorf("etcd client: %w", err)
+	}
+	defer cli.Close()
+	resp, err := cli.Status(ctx, endpoint)
+	if err != nil {
+		return Status{}, fmt.Errorf("etcd status of %s: %w", endpoint, err)
+	}
+	return Status{Member: resp.Header.MemberId, Leader: resp.Leader, Term: resp.RaftTerm, Index: resp.RaftIndex, Version: resp.Version}, nil
+}
+
+// status runs the probe inside n.
+func status(ctx context.Context, n runtime.Node) (Status, error) {
+	out, err := runtime.Run(ctx, n, "/usr/local/bin/splitbrain", "probe", "etcd", "--endpoint", net.JoinHostPort("127.0.0.1", strconv.Itoa(ClientPort)))
+	if err != nil {
+		return Status{}, err
+	}
+	var s Status
+	if err := json.Unmarshal(out, &s); err != nil {
+		return Status{}, fmt.Errorf("%s: probe output %q: %w", n.Name(), out, err)
+	}
+	return s, nil
+}
+
+// WaitHealthy waits until every member answers and all report the same
+// leader.
+func (c *Cluster) WaitHealthy(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		leaders := map[uint64]bool{}
+		last = nil
+		for _, n := range c.nodes {
+			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+			s, err := status(pctx, n)
+			pcancel()
+			if err != nil {
+				last = err
+				break
+			}
+			leaders[s.Leader] = true
+		}
+		if last == nil && len(leaders) == 1 && !leaders[0] {
+			return nil
+		}
+		if last == nil {
+			last = fmt.Errorf("members disagree on the leader: %v", leaders)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("etcd cluster not healthy after %v (see the nodes' logs): %w", timeout, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Leader returns the node that leads, by asking each member who it is and
+// who it follows; when members disagree, the highest term wins.
+func (c *Cluster) Leader(ctx context.Context) (runtime.Node, error) {
+	var (
+		best     runtime.Node
+		bestTerm uint64
+		errs     []error
+	)
+	for _, n := range c.nodes {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		s, err := status(pctx, n)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if s.Member == s.Leader && s.Term >= bestTerm {
+			best, bestTerm = n, s.Term
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("no etcd member leads: %w", errors.Join(errs...))
+	}
+	return best, nil
+}
+var _ targets.LeaderFinder = (*Cluster)(nil)

@@ -1,0 +1,240 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/splitbrain/splitbrain/targets"
+)
+
+// lockPrefix is where the recipe's mutexes live.
+const lockPrefix = "/splitbrain/locks/"
+
+// Locker is the etcd lock recipe for one client: a concurrency.Session with
+// the lease TTL, kept alive in the background, and a concurrency.Mutex per
+// key. The fencing token is the revision at which the holder's lock key was
+// created: etcd grants the mutex in create-revision order, so tokens rise
+// with grants.
+type Locker struct {
+	cli *clientv3.Client
+	ttl int
+	log *slog.Logger
+
+	mu      sync.Mutex
+	session *concurrency.Session
+	// renewFailures counts sessions that ended while in use: the lease was
+	// not kept alive (a pause or a partition longer than the TTL).
+	renewFailures atomic.Int64
+}
+
+var _ targets.Locker = (*Locker)(nil)
+
+// ClientEndpoints chooses a client's endpoints: with mode "pinned" client
+// cN talks only to member N (mod the cluster size), with "all" to every
+// member.
+func ClientEndpoints(endpoints []string, client, mode string) ([]string, error) {
+	switch mode {
+	case "", "pinned":
+		n, err := strconv.Atoi(strings.TrimPrefix(client, "c"))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("pinned endpoints need a client named cN, got %q", client)
+		}
+		return []string{endpoints[(n-1)%len(endpoints)]}, nil
+	case "all":
+		return endpoints, nil
+	default:
+		return nil, fmt.Errorf("endpoints=%q: want pinned or all", mode)
+	}
+}
+
+// NewLocker is the recipe's targets.LockerFactory.
+func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, log *slog.Logger) (targets.Locker, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("etcd recipe: no endpoints")
+	}
+	eps, err := ClientEndpoints(cfg.Endpoints, client, cfg.Options["endpoints"])
+	if err != nil {
+		return nil, fmt.Errorf("etcd recipe: %w", err)
+	}
+	ttl := int((time.Duration(cfg.TTL) + time.Second - 1) / time.Second)
+	if ttl < 1 {
+		return nil, errors.New("etcd recipe: lease TTL must be at least 1s")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            eps,
+		DialTimeout:          time.Second,
+		DialKeepAliveTime:    time.Second,
+		DialKeepAliveTimeout: time.Second,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	return &Locker{cli: cli, ttl: ttl, log: log}, nil
+}
+
+// sessionFor returns a live session, granting a new lease (bounded by ctx)
+// when the last one ended.
+func (l *Locker) sessionFor(ctx context.Context) (*concurrency.Session, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.session != nil {
+		select {
+		case <-l.session.Done():
+			l.renewFailures.Add(1)
+			l.log.Warn("etcd session ended: lease not kept alive", "lease", fmt.Sprintf("%x", l.session.Lease()))
+			l.session = nil
+		default:
+			return l.session, nil
+		}
+	}
+	// Grant with ctx's deadline; the session's keep-alive then runs on the
+	// client's own context.
+	g, err := l.cli.Grant(ctx, int64(l.ttl))
+	if err != nil {
+		return nil, fmt.Errorf("grant lease: %w: %w", targets.ErrUnavailable, err)
+	}
+	s, err := concurrency.NewSession(l.cli, concurrency.WithLease(g.ID), concurrency.WithTTL(l.ttl))
+	if err != nil {
+		return nil, fmt.Errorf("start session: %w: %w", targets.ErrUnavailable, err)
+	}
+	l.session = s
+	return s, nil
+}
+
+// Acquire implements targets.Locker.
+func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error) {
+	s, err := l.sessionFor(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire %s: %w", key, err)
+	}
+	m := concurrency.NewMutex(s, lockPrefix+key+"/")
+	if err := l.lock(ctx, m); err != nil {
+		return nil, fmt.Errorf("acquire %s: %w", key, l.classify(key, err))
+	}
+	// The token: the create revision of our key.
+	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	resp, err := l.cli.Get(gctx, m.Key())
+	if err != nil || len(resp.Kvs) == 0 {
+		_ = m.Unlock(gctx)
+		if err == nil {
+			err = concurrency.ErrSessionExpired
+		}
+		return nil, fmt.Errorf("acquire %s: read token: %w: %w", key, targets.ErrUnavailable, err)
+	}
+	return &lease{l: l, s: s, key: m.Key(), token: uint64(resp.Kvs[0].CreateRevision)}, nil
+}
+
+// lock runs Mutex.Lock but returns when ctx is done even if Lock is stuck
+// cleaning up (it deletes its waiter key on the client's context, which a
+// partition can hold up). A Lock that succeeds after being abandoned is
+// unlocked at once, so it holds nobody up.
+func (l *Locker) lock(ctx context.Context, m *concurrency.Mutex) error {
+	done := make(chan error, 1)
+	go func() { done <- m.Lock(ctx) }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(time.Second):
+		go func() {
+			if err := <-done; err == nil {
+				uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				_ = m.Unlock(uctx)
+			}
+		}()
+		return ctx.Err()
+	}
+}
+
+// classify tells a busy lock from an unavailable service: after a failed
+// Lock, a quick linearizable read of the key's waiters that succeeds means
+// the service answers and someone else holds the lock.
+func (l *Locker) classify(key string, err error) error {
+	if errors.Is(err, concurrency.ErrSessionExpired) {
+		return fmt.Errorf("%w: %w", targets.ErrUnavailable, err)
+	}
+	pctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	resp, perr := l.cli.Get(pctx, lockPrefix+key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if perr == nil && resp.Count > 0 {
+		return fmt.Errorf("%w: %w", targets.ErrBusy, err)
+	}
+	if perr == nil {
+		perr = errors.New("no holder found")
+	}
+	return fmt.Errorf("%w: %w (probe: %v)", targets.ErrUnavailable, err, perr)
+}
+
+// RenewFailures is the number of sessions that ended while in use.
+func (l *Locker) RenewFailures() int { return int(l.renewFailures.Load()) }
+
+// Close implements targets.Locker: it revokes the session's lease.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	s := l.session
+	l.session = nil
+	l.mu.Unlock()
+	if s != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, _ = l.cli.Revoke(ctx, s.Lease())
+		s.Orphan()
+	}
+	return l.cli.Close()
+}
+
+type lease struct {
+	l     *Locker
+	s     *concurrency.Session
+	key   string
+	token uint64
+}
+
+func (s *lease) Token() uint64 { return s.token }
+
+// Release deletes the lock key only if it is still ours (same create
+// revision): owner-checked.
+func (s *lease) Release(ctx context.Context) error {
+	resp, err := s.l.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(s.key), "=", int64(s.token))).
+		Then(clientv3.OpDelete(s.key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("release %s: %w: %w", s.key, targets.ErrUnavailable, err)
+	}
+	if !resp.Succeeded {
+		return fmt.Errorf("release %s: %w", s.key, targets.ErrNotOwner)
+	}
+	return nil
+}
+
+// RenewFailures reports whether the lease's session ended during the hold.
+func (s *lease) RenewFailures() int {
+	select {
+	case <-s.s.Done():
+		return 1
+	default:
+		return 0
+	}
+}
