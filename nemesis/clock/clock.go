@@ -32,7 +32,7 @@ import (
 var (
 	// ErrUnsupportedArch reports that the vDSO technique is not
 	// implemented for this GOOS/GOARCH (only linux/amd64 is).
-	ErrUnsupportedArch = errors.New("vdso clock skew is implemented for linux/amd64 only")
+	ErrUnsupportedArch = errors.New("vdso clock skew is implemented for linux/amd64 only (for C programs use the LD_PRELOAD shim)")
 	// ErrPtraceDenied reports that the kernel refused ptrace access.
 	ErrPtraceDenied = errors.New("ptrace refused: needs CAP_SYS_PTRACE and no seccomp/YAMA block; run the container with --cap-add SYS_PTRACE")
 	// ErrAlreadyTraced reports that another tracer (a debugger, strace)
@@ -44,7 +44,7 @@ var (
 	// kernel was booted with vdso=0).
 	ErrNoVDSO = errors.New("process has no vDSO mapping (kernel booted with vdso=0?)")
 	// ErrNoVDSOSymbol reports that the vDSO lacks __vdso_clock_gettime.
-	ErrNoVDSOSymbol = errors.New("vDSO symbol not found")
+	ErrNoVDSOSymbol = errors.New("vDSO symbol not found (unusual kernel; for C programs use the LD_PRELOAD shim)")
 	// ErrNotInjected reports that the process carries no injected page
 	// (run inject first).
 	ErrNotInjected = errors.New("clock skew not injected into process (run inject first)")

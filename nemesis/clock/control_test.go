@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -271,7 +272,7 @@ func TestParseMaps(t *testing.T) {
 7ffd1b3f2000-7ffd1b3f4000 r-xp 00000000 00:00 0                          [vdso]
 7ffd1b3f4000-7ffd1b3f5000 r--p 00000000 00:00 0      /path with spaces/x
 `
-	ms, err := parseMaps(stringsReader(maps))
+	ms, err := parseMaps(strings.NewReader(maps))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -170,11 +170,10 @@ type opFlags struct {
 	timeout              time.Duration
 	allowed              map[string]bool
 	seen                 map[string]bool
-	mechanism, op        string
 }
 
 func (h *helper) parse(mechanism, op string, args []string, allowed ...string) (*opFlags, error) {
-	f := &opFlags{mechanism: mechanism, op: op, allowed: map[string]bool{}, seen: map[string]bool{}}
+	f := &opFlags{allowed: map[string]bool{}, seen: map[string]bool{}}
 	for _, a := range allowed {
 		f.allowed[a] = true
 	}
@@ -328,9 +327,12 @@ func (h *helper) vdso(ctx context.Context, op string, args []string) error {
 			return h.printJSON(r)
 		}
 		sk := r.Skew()
-		fmt.Fprintf(h.stdout, "pid %d: realtime %s (true %s, skew %s)\n", f.pid,
-			r.Realtime.UTC().Format(time.RFC3339Nano), r.TrueRealtime.UTC().Format(time.RFC3339Nano), signed(sk.Realtime))
-		fmt.Fprintf(h.stdout, "pid %d: monotonic %s (true %s, skew %s)\n", f.pid, r.Monotonic, r.TrueMonotonic, signed(sk.Monotonic))
+		unc := r.Uncertainty.Round(time.Microsecond)
+		fmt.Fprintf(h.stdout, "pid %d: realtime %s (true %s, skew %s ±%s)\n", f.pid,
+			r.Realtime.UTC().Format(time.RFC3339Nano), r.TrueRealtime.UTC().Format(time.RFC3339Nano),
+			signed(sk.Realtime.Round(time.Millisecond)), unc)
+		fmt.Fprintf(h.stdout, "pid %d: monotonic %s (true %s, skew %s ±%s)\n", f.pid,
+			r.Monotonic, r.TrueMonotonic, signed(sk.Monotonic.Round(time.Millisecond)), unc)
 		return nil
 	}
 	return nil

@@ -25,18 +25,10 @@ import (
 var testTmp string // removed by TestMain
 
 func TestMain(m *testing.M) {
-	var err error
-	testTmp, err = os.MkdirTemp("", "clocktest-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
 	if os.Getenv("SB_CLOCK_HELPER_ARGS") != "" {
 		// Re-executed as the helper binary (see runHelperProcess).
-		args := strings.Split(os.Getenv("SB_CLOCK_HELPER_ARGS"), "\x00")
-		code := HelperMain(context.Background(), args, os.Stdout, os.Stderr)
-		os.RemoveAll(testTmp)
-		os.Exit(code)
+		args := strings.Split(os.Getenv("SB_CLOCK_HELPER_ARGS"), "\x1f")
+		os.Exit(HelperMain(context.Background(), args, os.Stdout, os.Stderr))
 	}
 	if v := os.Getenv("SB_CLOCK_TRACE_PID"); v != "" {
 		// Re-executed as a foreign tracer: seize the pid until stdin closes.
@@ -50,6 +42,12 @@ func TestMain(m *testing.M) {
 		io.Copy(io.Discard, os.Stdin)
 		unix.PtraceDetach(pid)
 		os.Exit(0)
+	}
+	var err error
+	testTmp, err = os.MkdirTemp("", "clocktest-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	code := m.Run()
 	os.RemoveAll(testTmp)
@@ -357,8 +355,30 @@ func phase(t *testing.T, name string) func() {
 	return func() { t.Logf("phase %-32s %8s", name, time.Since(start).Round(time.Millisecond)) }
 }
 
-func stringsReader(s string) io.Reader { return strings.NewReader(s) }
+// Tolerances: a line's realtime is compared with its (true) arrival time,
+// which lags by the pipe and scheduling latency of a loaded machine.
+const (
+	rtTol   = time.Second
+	waitFor = 20 * time.Second
+)
 
-func fmtSscan(s string, v *int64) (int, error) { return fmt.Sscan(s, v) }
+// goSkew is a gotarget line's realtime skew: printed UnixNano minus arrival.
+func goSkew(l line) time.Duration { return time.Duration(l.f[1] - l.recv.UnixNano()) }
 
-func io_ReadFull(r io.Reader, b []byte) (int, error) { return io.ReadFull(r, b) }
+// goMonoSkew is how far the target's time.Since(start) runs ahead of the
+// true time elapsed since the test started it (a small positive constant,
+// plus any monotonic offset).
+func goMonoSkew(tg *target, l line) time.Duration {
+	return time.Duration(l.f[2]) - l.recv.Sub(tg.start)
+}
+
+// cSkews returns a clockprint line's clock_gettime, gettimeofday and time
+// skews against its arrival time.
+func cSkews(l line) [3]time.Duration {
+	recv := l.recv.UnixNano()
+	return [3]time.Duration{
+		time.Duration(l.f[1] - recv),
+		time.Duration(l.f[2]*1000 - recv),
+		time.Duration(l.f[3]*1e9 - recv + 5e8), // time() truncates to the second
+	}
+}

@@ -5,6 +5,7 @@ package clock
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -58,7 +59,7 @@ func (rc *respConn) read() (any, error) {
 			return nil, err
 		}
 		buf := make([]byte, n+2)
-		if _, err := io_ReadFull(rc.r, buf); err != nil {
+		if _, err := io.ReadFull(rc.r, buf); err != nil {
 			return nil, err
 		}
 		return string(buf[:n]), nil

@@ -5,6 +5,7 @@ package clock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,7 +109,7 @@ func TestShimOffsets(t *testing.T) {
 			l := line{recv: t0.Add(t1.Sub(t0) / 2)}
 			for _, w := range f {
 				var v int64
-				if _, err := fmtSscan(w, &v); err != nil {
+				if _, err := fmt.Sscan(w, &v); err != nil {
 					t.Fatal(err)
 				}
 				l.f = append(l.f, v)

@@ -15,6 +15,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -418,12 +419,13 @@ func buildOptions(opts []Option) *options {
 // Skew is a vDSO clock skew injected into one process. Its state lives in
 // the process (the page is found again by its magic marker), so any
 // process may [Open] it later. Methods are idempotent; a Skew is safe for
-// concurrent use, but two processes must not write one target's offsets at
-// the same time.
+// concurrent use, but two processes must not change one target's skew at
+// the same time (nothing locks across processes).
 type Skew struct {
 	pid  int
 	page uint64
 	log  *slog.Logger
+	mu   sync.Mutex // serialises this process's writes to the page
 }
 
 // Inject patches pid's vDSO clock_gettime (and gettimeofday and time) to
@@ -523,6 +525,8 @@ func (s *Skew) Page() uint64 { return s.page }
 // the write from an attached tracer, in which case one thread is stopped
 // for the write.
 func (s *Skew) Set(ctx context.Context, o Offsets) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err := s.setDirect(o); err == nil {
 		return nil
 	} else if !errors.Is(err, syscall.EIO) && !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.EACCES) {
@@ -596,7 +600,11 @@ func (s *Skew) Reset(ctx context.Context) error { return s.Set(ctx, Offsets{}) }
 // Restore writes the original vDSO bytes back (stopping every thread
 // while it does) and zeroes the offsets. The page stays mapped, unused,
 // and is reused by a later Inject.
-func (s *Skew) Restore(ctx context.Context) error { return archRestore(ctx, s) }
+func (s *Skew) Restore(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return archRestore(ctx, s)
+}
 
 // Now observes the process's clocks by calling its vDSO clock_gettime (the
 // fake, while patched) on one of its threads, stopped for the purpose,

@@ -405,7 +405,8 @@ func (s *session) drop(t *tracee) {
 func (s *session) wait(ctx context.Context, t *tracee) (unix.WaitStatus, error) {
 	var ws unix.WaitStatus
 	delay := 20 * time.Microsecond
-	for polls := 0; ; polls++ {
+	spinUntil := time.Now().Add(300 * time.Microsecond)
+	for {
 		wpid, err := unix.Wait4(t.tid, &ws, unix.WALL|unix.WNOHANG, nil)
 		switch {
 		case errors.Is(err, unix.EINTR):
@@ -423,9 +424,10 @@ func (s *session) wait(ctx context.Context, t *tracee) (unix.WaitStatus, error) 
 		if err := ctx.Err(); err != nil {
 			return ws, fmt.Errorf("wait for thread %d to stop: %w", t.tid, err)
 		}
-		if polls < 50 {
+		if time.Now().Before(spinUntil) {
 			// Most stops take microseconds (a single step, a probe call):
-			// poll without sleeping first.
+			// poll without sleeping at first.
+			runtime.Gosched()
 			continue
 		}
 		time.Sleep(delay)
@@ -446,6 +448,8 @@ func (s *session) detach() {
 		for _, sig := range t.resend {
 			if err := unix.Tgkill(s.pid, t.tid, unix.Signal(sig)); err != nil && !errors.Is(err, unix.ESRCH) {
 				s.log.Warn("re-send signal failed", "tid", t.tid, "signal", sig, "err", err)
+			} else {
+				s.log.Debug("re-sent signal suppressed while stepping", "tid", t.tid, "signal", unix.Signal(sig))
 			}
 		}
 	}

@@ -19,10 +19,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// countHandler counts log records whose message contains match.
+// countHandler counts log records whose message contains match, and
+// those whose message contains also (if set) in n2.
 type countHandler struct {
-	match string
-	n     atomic.Int64
+	match, also string
+	n, n2       atomic.Int64
 }
 
 func (h *countHandler) Enabled(context.Context, slog.Level) bool { return true }
@@ -30,27 +31,13 @@ func (h *countHandler) Handle(_ context.Context, r slog.Record) error {
 	if strings.Contains(r.Message, h.match) {
 		h.n.Add(1)
 	}
+	if h.also != "" && strings.Contains(r.Message, h.also) {
+		h.n2.Add(1)
+	}
 	return nil
 }
 func (h *countHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h *countHandler) WithGroup(string) slog.Handler      { return h }
-
-// Tolerances: a line's realtime is compared with its (true) arrival time,
-// which lags by the pipe and scheduling latency of a loaded machine.
-const (
-	rtTol   = time.Second
-	waitFor = 20 * time.Second
-)
-
-// goSkew is a gotarget line's realtime skew: printed UnixNano minus arrival.
-func goSkew(l line) time.Duration { return time.Duration(l.f[1] - l.recv.UnixNano()) }
-
-// goMonoSkew is how far the target's time.Since(start) runs ahead of the
-// true time elapsed since the test started it (a small positive constant,
-// plus any monotonic offset).
-func goMonoSkew(tg *target, l line) time.Duration {
-	return time.Duration(l.f[2]) - l.recv.Sub(tg.start)
-}
 
 func TestVDSOGoTarget(t *testing.T) {
 	bin := buildGoTarget(t)
@@ -194,7 +181,7 @@ func TestVDSOMultiThreaded(t *testing.T) {
 	t.Logf("target has %d threads", len(threads))
 
 	// Count the threads found inside a patch window and stepped out of it.
-	stepped := &countHandler{match: "stepping thread out of patch window"}
+	stepped := &countHandler{match: "stepping thread out of patch window", also: "re-sent signal"}
 	log := slog.New(stepped)
 	const cycles = 12
 	start := time.Now()
@@ -213,7 +200,8 @@ func TestVDSOMultiThreaded(t *testing.T) {
 		n = tg.count()
 		tg.waitFor(n, waitFor, 1, fmt.Sprintf("cycle %d: restored", i), func(l line) bool { return near(goSkew(l), 0, rtTol) })
 	}
-	t.Logf("%d inject/restore cycles in %s; %d threads stepped out of a patch window", cycles, time.Since(start).Round(time.Millisecond), stepped.n.Load())
+	t.Logf("%d inject/restore cycles in %s; %d threads stepped out of a patch window, %d signals re-sent",
+		cycles, time.Since(start).Round(time.Millisecond), stepped.n.Load(), stepped.n2.Load())
 	if err := checkProcess(pid); err != nil {
 		t.Fatal(err)
 	}
@@ -243,17 +231,6 @@ func TestVDSOCProgram(t *testing.T) {
 	n = tg.count()
 	tg.waitFor(n, waitFor, 2, "restored", func(l line) bool { return near(cSkews(l)[0], 0, rtTol) && near(cSkews(l)[1], 0, rtTol) })
 	tg.stop()
-}
-
-// cSkews returns a clockprint line's clock_gettime, gettimeofday and time
-// skews against its arrival time.
-func cSkews(l line) [3]time.Duration {
-	recv := l.recv.UnixNano()
-	return [3]time.Duration{
-		time.Duration(l.f[1] - recv),
-		time.Duration(l.f[2]*1000 - recv),
-		time.Duration(l.f[3]*1e9 - recv + 5e8), // time() truncates to the second
-	}
 }
 
 // TestVDSOTracerWrites covers Set's fallback for kernels that allow
@@ -480,5 +457,45 @@ func TestVDSOPatchWindow(t *testing.T) {
 	tg.waitFor(n, waitFor, 3, "restored with a thread parked in the jump", func(l line) bool {
 		return near(time.Duration(l.f[1]-l.recv.UnixNano()), 0, rtTol)
 	})
+	tg.stop()
+}
+
+// TestVDSOSignalsPreserved queues a signal on a stopped thread that the
+// injection then runs code on: the signal is held back while our code
+// runs and delivered exactly once after detach.
+func TestVDSOSignalsPreserved(t *testing.T) {
+	bin := buildGoTarget(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	tg := startTarget(t, bin)
+	pid := tg.pid()
+	tg.waitFor(0, waitFor, 1, "running", func(l line) bool { return l.f[3] == 0 })
+	counts := &countHandler{match: "re-sent signal"}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	s, err := attach(ctx, pid, true, slog.New(counts))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The main thread is stopped; the signal stays pending until it runs.
+	if err := unix.Tgkill(pid, pid, unix.SIGUSR1); err != nil {
+		s.detach()
+		t.Fatal(err)
+	}
+	_, err = s.inject(ctx, &options{log: slog.New(counts), offsets: &Offsets{Realtime: time.Minute}})
+	s.detach()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts.n.Load() != 1 {
+		t.Errorf("%d signals re-sent, want 1 (the SIGUSR1 dequeued while the main thread ran the injected mmap)", counts.n.Load())
+	}
+	n := tg.count()
+	tg.waitFor(n, waitFor, 3, "SIGUSR1 delivered once, clock +1m", func(l line) bool {
+		return l.f[3] == 1 && near(goSkew(l), time.Minute, rtTol)
+	})
+	if err := Restore(ctx, pid); err != nil {
+		t.Fatal(err)
+	}
 	tg.stop()
 }

@@ -86,8 +86,11 @@ enum { SB_NONE = -1, SB_RT = 0, SB_MONO = 1 };
 
 /* The mapping, once made; NULL until then. */
 static const struct sb_ctl *sb_ctl_ptr;
-/* Clock value (of the family that tried) at the last open attempt; 0 = never. */
-static int64_t sb_last_try[2];
+/* Per clock id (0..11; gettimeofday/time use CLOCK_REALTIME's), that
+ * clock's value at the last open attempt; 0 = never. Per id, not per
+ * family, because e.g. BOOTTIME and MONOTONIC readings differ. */
+#define SB_NCLOCKS 12
+static int64_t sb_last_try[SB_NCLOCKS];
 
 /* A private timeval, so this file needs no <sys/time.h> prototype (which
  * differs between libcs); the layout is the kernel's. */
@@ -142,17 +145,19 @@ static const struct sb_ctl *sb_map(void)
 }
 
 /* sb_get returns the control mapping, trying to make it when enough time
- * (now, a value of family fam's clock) has passed since the last try. */
-static const struct sb_ctl *sb_get(int fam, int64_t now)
+ * (now, a reading of clock clk) has passed since the last try. */
+static const struct sb_ctl *sb_get(clockid_t clk, int64_t now)
 {
 	const struct sb_ctl *p = __atomic_load_n(&sb_ctl_ptr, __ATOMIC_ACQUIRE);
 	if (p != NULL)
 		return p;
-	int64_t last = __atomic_load_n(&sb_last_try[fam], __ATOMIC_RELAXED);
+	if (clk < 0 || clk >= SB_NCLOCKS)
+		return NULL;
+	int64_t last = __atomic_load_n(&sb_last_try[clk], __ATOMIC_RELAXED);
 	if (last != 0 && now >= last && now - last < SB_RETRY_NS)
 		return NULL;
 	/* One thread per window makes the attempt; others carry on unskewed. */
-	if (!__atomic_compare_exchange_n(&sb_last_try[fam], &last, now ? now : 1, 0,
+	if (!__atomic_compare_exchange_n(&sb_last_try[clk], &last, now ? now : 1, 0,
 					 __ATOMIC_RELAXED, __ATOMIC_RELAXED))
 		return NULL;
 	int saved = errno;
@@ -169,10 +174,11 @@ static const struct sb_ctl *sb_get(int fam, int64_t now)
 	return p;
 }
 
-/* sb_skew returns the amount to add to a true reading t (ns) of family fam. */
-static int64_t sb_skew(int fam, int64_t t)
+/* sb_skew returns the amount to add to a true reading t (ns) of clock clk,
+ * a member of family fam. */
+static int64_t sb_skew(clockid_t clk, int fam, int64_t t)
 {
-	const struct sb_ctl *p = sb_get(fam, t);
+	const struct sb_ctl *p = sb_get(clk, t);
 	if (p == NULL)
 		return 0;
 	int64_t off = 0, rate = 0, base = 0;
@@ -214,7 +220,7 @@ static void sb_apply(clockid_t clk, struct timespec *ts)
 	int fam = sb_family(clk);
 	if (fam == SB_NONE)
 		return;
-	int64_t skew = sb_skew(fam, sb_ns(ts));
+	int64_t skew = sb_skew(clk, fam, sb_ns(ts));
 	if (skew == 0)
 		return;
 	int64_t sec = skew / SB_NSEC, nsec = skew % SB_NSEC;

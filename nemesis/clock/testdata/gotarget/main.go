@@ -1,7 +1,7 @@
 // Command gotarget is the test target for vDSO clock skew: every
 // $INTERVAL_MS (default 50) milliseconds it prints
 //
-//	<seq> <time.Now().UnixNano()> <time.Since(start) in ns>
+//	<seq> <time.Now().UnixNano()> <time.Since(start) in ns> <SIGUSR1s received>
 //
 // pacing itself with the nanosleep syscall (not Go timers, which run on the
 // possibly skewed monotonic clock). With $BUSY=n it also runs n goroutines
@@ -12,8 +12,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -36,6 +38,14 @@ func main() {
 			}
 		}()
 	}
+	var usr1 atomic.Int64
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, syscall.SIGUSR1)
+	go func() {
+		for range sigs {
+			usr1.Add(1)
+		}
+	}()
 	go func() {
 		io.Copy(io.Discard, os.Stdin)
 		fmt.Println("bye")
@@ -44,7 +54,7 @@ func main() {
 	ts := syscall.NsecToTimespec(int64(interval))
 	for seq := 0; ; seq++ {
 		now := time.Now()
-		fmt.Printf("%d %d %d\n", seq, now.UnixNano(), time.Since(start).Nanoseconds())
+		fmt.Printf("%d %d %d %d\n", seq, now.UnixNano(), time.Since(start).Nanoseconds(), usr1.Load())
 		for syscall.Nanosleep(&ts, nil) == syscall.EINTR {
 		}
 	}
