@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/splitbrain/splitbrain/nemesis"
+	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/workloads"
 )
 
@@ -55,7 +56,12 @@ type Config struct {
 	FaultMax time.Duration `json:"fault_max_ns"`
 	// PauseTargets weighs the pause nemesis's target groups
 	// ("holder=2,node=1").
-	PauseTargets   string        `json:"pause_targets"`
+	PauseTargets string `json:"pause_targets"`
+	// KillTargets weighs the kill nemesis's target groups.
+	KillTargets string `json:"kill_targets"`
+	// Partitions lists the partition topologies to draw from; empty means
+	// every topology the target's size allows.
+	Partitions     string        `json:"partitions"`
 	AcquireTimeout time.Duration `json:"acquire_timeout_ns"`
 	StoreTimeout   time.Duration `json:"store_timeout_ns"`
 	// OpTimeout is how long the harness waits for one operation.
@@ -86,6 +92,7 @@ func DefaultConfig() Config {
 		Work:            100 * time.Millisecond,
 		NemesisInterval: 3 * time.Second,
 		PauseTargets:    "holder=3,node=1",
+		KillTargets:     "node=2,holder=1",
 		AcquireTimeout:  5 * time.Second,
 		StoreTimeout:    time.Second,
 		OpTimeout:       30 * time.Second,
@@ -106,8 +113,14 @@ func (c Config) Schedule() nemesis.Schedule {
 	return nemesis.Schedule{Interval: c.NemesisInterval, MinDuration: lo, MaxDuration: hi}
 }
 
-// Validate returns an InputError naming the first problem.
-func (c Config) Validate(targetNames []string) error {
+// Validate returns an InputError naming the first problem. known maps
+// target names to targets.
+func (c Config) Validate(known map[string]targets.Target) error {
+	var targetNames []string
+	for n := range known {
+		targetNames = append(targetNames, n)
+	}
+	slices.Sort(targetNames)
 	switch {
 	case !slices.Contains(targetNames, c.Target):
 		return BadInput("unknown target %q (known: %s)", c.Target, strings.Join(targetNames, ", "))
@@ -134,10 +147,46 @@ func (c Config) Validate(targetNames []string) error {
 	if _, err := nemesis.Weights(c.PauseTargets, nemesis.PauseGroups); err != nil {
 		return BadInput("--pause-targets: %v", err)
 	}
-	if _, err := nemesis.Parse(c.Nemesis, Nemeses(c)); err != nil {
+	if _, err := nemesis.Weights(c.KillTargets, nemesis.KillGroups); err != nil {
+		return BadInput("--kill-targets: %v", err)
+	}
+	nems, err := nemesis.Parse(c.Nemesis, Nemeses(c, known[c.Target]))
+	if err != nil {
 		return BadInput("--nemesis: %v", err)
 	}
+	for _, n := range nems {
+		if p, ok := n.(*nemesis.Partition); ok && len(p.Topologies) == 0 {
+			return BadInput("--nemesis partition: no topology fits target %s", c.Target)
+		}
+	}
+	if c.Partitions != "" {
+		size, leads := shape(known[c.Target])
+		for _, t := range splitList(c.Partitions) {
+			if err := nemesis.CheckTopology(t, size, leads); err != nil {
+				return BadInput("--partitions: %v", err)
+			}
+		}
+	}
 	return checkWritable(c.ResultsDir)
+}
+
+// shape is a target's lock-node count and whether one leads (1, false when
+// the target does not say).
+func shape(t targets.Target) (int, bool) {
+	if s, ok := t.(targets.Sizer); ok {
+		return s.Size(), s.Leads()
+	}
+	return 1, false
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // checkWritable makes sure dir exists (creating it) and can be written.
@@ -154,14 +203,29 @@ func checkWritable(dir string) error {
 	return nil
 }
 
-// Nemeses returns the nemeses a config can name.
-func Nemeses(c Config) map[string]nemesis.Nemesis {
-	weights, err := nemesis.Weights(c.PauseTargets, nemesis.PauseGroups)
+// Nemeses returns the nemeses a config can name for target t.
+func Nemeses(c Config, t targets.Target) map[string]nemesis.Nemesis {
+	pw, err := nemesis.Weights(c.PauseTargets, nemesis.PauseGroups)
 	if err != nil {
-		weights = map[string]int{nemesis.GroupHolder: 1}
+		pw = map[string]int{nemesis.GroupHolder: 1}
+	}
+	kw, err := nemesis.Weights(c.KillTargets, nemesis.KillGroups)
+	if err != nil {
+		kw = map[string]int{nemesis.GroupNode: 1}
+	}
+	topos := splitList(c.Partitions)
+	if len(topos) == 0 {
+		size, leads := shape(t)
+		for _, name := range nemesis.Topologies() {
+			if nemesis.CheckTopology(name, size, leads) == nil {
+				topos = append(topos, name)
+			}
+		}
 	}
 	return map[string]nemesis.Nemesis{
-		"pause": &nemesis.Pause{Weights: weights, HolderWait: time.Second},
+		"pause":     &nemesis.Pause{Weights: pw, HolderWait: time.Second},
+		"kill":      &nemesis.Kill{Weights: kw, HolderWait: time.Second},
+		"partition": &nemesis.Partition{Topologies: topos},
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/splitbrain/splitbrain/harness/runtime"
 	"github.com/splitbrain/splitbrain/harness/runtime/memrt"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/redis"
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads/agent"
 	"github.com/splitbrain/splitbrain/workloads/history"
@@ -341,13 +342,17 @@ func TestConfigValidate(t *testing.T) {
 		{"unknown group", func(c *Config) { c.PauseTargets = "moon=1" }},
 		{"empty fault range", func(c *Config) { c.FaultMin, c.FaultMax = 3*time.Second, time.Second }},
 		{"results is a file", func(c *Config) { c.ResultsDir = filepath.Join(file, "sub") }},
+		{"majority partition of one node", func(c *Config) { c.Nemesis, c.Partitions = "partition", "majority" }},
+		{"leader partition without a leader", func(c *Config) { c.Nemesis, c.Partitions = "partition", "leader" }},
+		{"unknown topology", func(c *Config) { c.Nemesis, c.Partitions = "partition", "donut" }},
+		{"kill the store", func(c *Config) { c.KillTargets = "store=1" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()
 			c.ResultsDir = dir
 			tt.mod(&c)
-			err := c.Validate([]string{"redis"})
+			err := c.Validate(map[string]targets.Target{"redis": redis.Target{}})
 			if err == nil || !IsBadInput(err) {
 				t.Fatalf("got %v, want an input error", err)
 			}
@@ -355,7 +360,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	c := DefaultConfig()
 	c.ResultsDir = dir
-	if err := c.Validate([]string{"redis"}); err != nil {
+	if err := c.Validate(map[string]targets.Target{"redis": redis.Target{}}); err != nil {
 		t.Fatalf("default config invalid: %v", err)
 	}
 }

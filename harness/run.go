@@ -66,8 +66,8 @@ type Outcome struct {
 
 // Roles the harness itself needs besides the target's.
 const (
-	roleStore  = "store"
-	roleClient = "client"
+	roleStore  = runtime.RoleStore
+	roleClient = runtime.RoleClient
 )
 
 // Run performs one run. Cancelling ctx ends the test phase early but still
@@ -75,11 +75,7 @@ const (
 // (whatever its verdict); with an error the results directory, if it was
 // created, still holds what was recorded.
 func Run(ctx context.Context, cfg Config, deps Deps) (out *Outcome, err error) {
-	names := make([]string, 0, len(deps.Targets))
-	for n := range deps.Targets {
-		names = append(names, n)
-	}
-	if err := cfg.Validate(names); err != nil {
+	if err := cfg.Validate(deps.Targets); err != nil {
 		return nil, err
 	}
 	if deps.Hard == nil {
@@ -154,15 +150,16 @@ type run struct {
 	dir     string
 	logFile *os.File
 
-	rt      runtime.Runtime
-	hw      *history.Writer
-	rec     *history.Recorder
-	clients []*workloads.Client
-	env     *nemesis.Env
-	res     *Results
-	phases  map[string]time.Duration
-	errs    []string
-	cleaned bool
+	rt       runtime.Runtime
+	hw       *history.Writer
+	rec      *history.Recorder
+	clients  []*workloads.Client
+	agentCfg agent.Config
+	env      *nemesis.Env
+	res      *Results
+	phases   map[string]time.Duration
+	errs     []string
+	cleaned  bool
 }
 
 func (r *run) prepareDir() error {
@@ -205,7 +202,7 @@ func (r *run) execute(ctx context.Context) error {
 	if err != nil {
 		return &InputError{Err: err}
 	}
-	nems, err := nemesis.Parse(r.cfg.Nemesis, Nemeses(r.cfg))
+	nems, err := nemesis.Parse(r.cfg.Nemesis, Nemeses(r.cfg, target))
 	if err != nil {
 		return &InputError{Err: err}
 	}
@@ -243,7 +240,10 @@ func (r *run) execute(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		r.env = &nemesis.Env{Nodes: cluster.Nodes(), Store: storeNode, Clients: clientNodes, InCriticalSection: wl.InCriticalSection}
+		r.env = &nemesis.Env{Nodes: cluster.Nodes(), Store: storeNode, Clients: clientNodes, InCriticalSection: wl.InCriticalSection, Revive: r.revive}
+		if lf, ok := cluster.(targets.LeaderFinder); ok {
+			r.env.Leader = lf.Leader
+		}
 		return nil
 	})
 	if err != nil {
@@ -276,7 +276,7 @@ func (r *run) execute(ctx context.Context) error {
 		return fmt.Errorf("aborted: %w", hard.Err())
 	}
 	ferr := r.phase("final", func() error {
-		fctx, cancel := context.WithTimeout(hard, 30*time.Second)
+		fctx, cancel := context.WithTimeout(hard, time.Minute)
 		defer cancel()
 		return wl.Final(fctx, r.clients, r.rec)
 	})
@@ -295,6 +295,7 @@ func (r *run) startClients(ctx context.Context, image string, recipe targets.Rec
 		ReleaseTimeout: targets.Duration(r.cfg.StoreTimeout),
 		Work:           targets.Duration(r.cfg.Work),
 	}
+	r.agentCfg = cfg
 	nodes := make([]runtime.Node, r.cfg.Concurrency)
 	r.clients = make([]*workloads.Client, r.cfg.Concurrency)
 	var g errgroup.Group
@@ -316,14 +317,7 @@ func (r *run) startClients(ctx context.Context, image string, recipe targets.Rec
 			}
 			stdin, stdout := con.Stdio()
 			c := workloads.NewClient(name, i, stdin, stdout, r.rec.Clock())
-			cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-			defer cancel()
-			ccfg := cfg
-			ccfg.Client = name
-			if err := c.Configure(cctx, ccfg); err != nil {
-				return err
-			}
-			if err := c.Sync(cctx); err != nil {
+			if err := r.handshake(ctx, c); err != nil {
 				return err
 			}
 			nodes[i], r.clients[i] = n, c
@@ -334,6 +328,34 @@ func (r *run) startClients(ctx context.Context, image string, recipe targets.Rec
 		return nil, err
 	}
 	return nodes, nil
+}
+
+// handshake configures an agent and relates its clock to the run's.
+func (r *run) handshake(ctx context.Context, c *workloads.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	cfg := r.agentCfg
+	cfg.Client = c.Name
+	if err := c.Configure(ctx, cfg); err != nil {
+		return err
+	}
+	return c.Sync(ctx)
+}
+
+// revive reconnects the client of node n after the kill nemesis restarted
+// it.
+func (r *run) revive(ctx context.Context, n runtime.Node) error {
+	con, ok := n.(runtime.Console)
+	if !ok {
+		return fmt.Errorf("revive %s: no console", n.Name())
+	}
+	for _, c := range r.clients {
+		if c.Name == n.Name() {
+			stdin, stdout := con.Stdio()
+			return c.Reconnect(stdin, stdout, func() error { return r.handshake(ctx, c) })
+		}
+	}
+	return fmt.Errorf("revive %s: not a client", n.Name())
 }
 
 // healAll resumes every node, whatever the nemesis believes: a fault must

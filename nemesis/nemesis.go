@@ -35,6 +35,11 @@ type Env struct {
 	// InCriticalSection names the clients that hold a lock and have not yet
 	// written (nil when unknown).
 	InCriticalSection func() []string
+	// Leader finds the lock service's leader (nil when it has none).
+	Leader func(ctx context.Context) (runtime.Node, error)
+	// Revive reconnects a client whose node was restarted (nil when the
+	// harness cannot).
+	Revive func(ctx context.Context, n runtime.Node) error
 }
 
 // Node returns the node called name among all of env's nodes.

@@ -43,7 +43,7 @@ func (*Pause) Name() string { return "pause" }
 
 // Inject implements Nemesis.
 func (p *Pause) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, error) {
-	n, err := p.choose(ctx, env, rng)
+	n, err := chooseNode(ctx, env, rng, pick(rng, p.Weights), p.HolderWait)
 	if err != nil {
 		return nil, err
 	}
@@ -53,13 +53,14 @@ func (p *Pause) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, er
 	return &pauseFault{node: n}, nil
 }
 
-func (p *Pause) choose(ctx context.Context, env *Env, rng *rand.Rand) (runtime.Node, error) {
-	group := pick(rng, p.Weights)
+// chooseNode picks a node of group; for GroupHolder it waits up to
+// holderWait for a client in its critical section, then takes any client.
+func chooseNode(ctx context.Context, env *Env, rng *rand.Rand, group string, holderWait time.Duration) (runtime.Node, error) {
 	var pool []runtime.Node
 	switch group {
 	case GroupHolder:
 		if env.InCriticalSection != nil {
-			deadline := time.Now().Add(p.HolderWait)
+			deadline := time.Now().Add(holderWait)
 			for {
 				if names := env.InCriticalSection(); len(names) > 0 {
 					if n, ok := env.Node(names[rng.IntN(len(names))]); ok {
@@ -87,7 +88,7 @@ func (p *Pause) choose(ctx context.Context, env *Env, rng *rand.Rand) (runtime.N
 		}
 	}
 	if len(pool) == 0 {
-		return nil, fmt.Errorf("pause: no node in group %q", group)
+		return nil, fmt.Errorf("no node in group %q", group)
 	}
 	return pool[rng.IntN(len(pool))], nil
 }

@@ -133,3 +133,12 @@ type LeaderFinder interface {
 	// Leader returns the node that currently leads.
 	Leader(ctx context.Context) (runtime.Node, error)
 }
+
+// Sizer is implemented by targets that know, before they start, how many
+// lock-service nodes they run and whether one of them leads, so that
+// impossible faults (a majority partition of one node) are refused up
+// front.
+type Sizer interface {
+	Size() int
+	Leads() bool
+}

@@ -25,7 +25,8 @@ var (
 // Client is the harness's end of one agent's control channel.
 //
 // Do and Sync must not be called concurrently; Events may be read from
-// other goroutines through the callback.
+// other goroutines through the callback. Reconnect may be called from any
+// goroutine, after the agent's node was restarted.
 type Client struct {
 	// Name is the agent's node name ("c3").
 	Name string
@@ -33,12 +34,11 @@ type Client struct {
 	Process int
 
 	clock history.Clock
-	stdin io.WriteCloser
-	resps chan agent.Response
 
 	mu      sync.Mutex
-	encErr  error
-	pending int64 // operation still running in the agent after a timeout
+	conn    *conn
+	revived chan struct{} // closed and replaced at each Reconnect
+	pending int64         // operation still running in the agent after a timeout
 
 	// offset maps agent monotonic time to the run's: run = mono - offset.
 	offset int64
@@ -46,12 +46,18 @@ type Client struct {
 	skew time.Duration
 }
 
-// NewClient wraps an agent's stdio. The reader goroutine ends when stdout
-// ends.
-func NewClient(name string, process int, stdin io.WriteCloser, stdout io.Reader, clock history.Clock) *Client {
-	c := &Client{Name: name, Process: process, clock: clock, stdin: stdin, resps: make(chan agent.Response, 64)}
+// conn is one life of the agent: its stdin and the responses read from its
+// stdout.
+type conn struct {
+	stdin  io.WriteCloser
+	resps  chan agent.Response
+	encErr error
+}
+
+func newConn(stdin io.WriteCloser, stdout io.Reader) *conn {
+	cn := &conn{stdin: stdin, resps: make(chan agent.Response, 64)}
 	go func() {
-		defer close(c.resps)
+		defer close(cn.resps)
 		sc := bufio.NewScanner(stdout)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
@@ -59,10 +65,49 @@ func NewClient(name string, process int, stdin io.WriteCloser, stdout io.Reader,
 			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 				continue // not protocol output
 			}
-			c.resps <- r
+			cn.resps <- r
 		}
 	}()
-	return c
+	return cn
+}
+
+// NewClient wraps an agent's stdio. The reader goroutine ends when stdout
+// ends.
+func NewClient(name string, process int, stdin io.WriteCloser, stdout io.Reader, clock history.Clock) *Client {
+	return &Client{Name: name, Process: process, clock: clock, conn: newConn(stdin, stdout), revived: make(chan struct{})}
+}
+
+// Reconnect replaces the control channel after the agent's node was
+// restarted and runs ready (which configures and syncs the new agent);
+// only when ready succeeds are loops waiting on Revived released, so no
+// operation races the handshake.
+func (c *Client) Reconnect(stdin io.WriteCloser, stdout io.Reader, ready func() error) error {
+	c.mu.Lock()
+	c.conn = newConn(stdin, stdout)
+	c.pending = 0
+	c.mu.Unlock()
+	if err := ready(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	close(c.revived)
+	c.revived = make(chan struct{})
+	return nil
+}
+
+// Revived returns a channel closed at the next Reconnect; take it before an
+// operation to wait for a restart after the operation found the agent dead.
+func (c *Client) Revived() <-chan struct{} {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.revived
+}
+
+func (c *Client) current() *conn {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.conn
 }
 
 func (c *Client) send(r agent.Request) error {
@@ -72,19 +117,21 @@ func (c *Client) send(r agent.Request) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.encErr != nil {
-		return c.encErr
+	cn := c.conn
+	if cn.encErr != nil {
+		return cn.encErr
 	}
-	if _, err := c.stdin.Write(append(b, '\n')); err != nil {
-		c.encErr = fmt.Errorf("%s: write request: %w: %w", c.Name, ErrCrashed, err)
-		return c.encErr
+	if _, err := cn.stdin.Write(append(b, '\n')); err != nil {
+		cn.encErr = fmt.Errorf("%s: write request: %w: %w", c.Name, ErrCrashed, err)
+		return cn.encErr
 	}
 	return nil
 }
 
 func (c *Client) recv(ctx context.Context) (agent.Response, error) {
+	cn := c.current()
 	select {
-	case r, ok := <-c.resps:
+	case r, ok := <-cn.resps:
 		if !ok {
 			return agent.Response{}, fmt.Errorf("%s: %w", c.Name, ErrCrashed)
 		}
@@ -170,7 +217,9 @@ func (c *Client) Do(ctx context.Context, op agent.OpRequest, timeout time.Durati
 		r, err := c.recv(ctx)
 		if err != nil {
 			if errors.Is(err, ErrTimeout) {
+				c.mu.Lock()
 				c.pending = op.ID
+				c.mu.Unlock()
 			}
 			return agent.Result{}, err
 		}
@@ -195,20 +244,29 @@ func (c *Client) Do(ctx context.Context, op agent.OpRequest, timeout time.Durati
 
 // drain waits for an operation abandoned by a timeout to finish.
 func (c *Client) drain(ctx context.Context) error {
-	for c.pending != 0 {
+	for {
+		c.mu.Lock()
+		pending := c.pending
+		c.mu.Unlock()
+		if pending == 0 {
+			return nil
+		}
 		r, err := c.recv(ctx)
 		if err != nil {
 			return err
 		}
-		if r.ID == c.pending && (r.Type == agent.RespDone || r.Type == agent.RespError) {
-			c.pending = 0
+		if r.ID == pending && (r.Type == agent.RespDone || r.Type == agent.RespError) {
+			c.mu.Lock()
+			if c.pending == pending {
+				c.pending = 0
+			}
+			c.mu.Unlock()
 		}
 	}
-	return nil
 }
 
 // Close tells the agent to stop and closes its stdin.
 func (c *Client) Close() error {
 	_ = c.send(agent.Request{Type: agent.ReqStop})
-	return c.stdin.Close()
+	return c.current().stdin.Close()
 }

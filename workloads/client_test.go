@@ -36,11 +36,13 @@ func (f fakeLease) Release(context.Context) error { return targets.ErrNotOwner }
 
 // fakeStore wraps a real store.Store, failing writes with writeErr.
 type fakeStore struct {
-	s        *store.Store
-	writeErr error
+	s         *store.Store
+	writeErr  error
+	readDelay time.Duration
 }
 
 func (f *fakeStore) Read(_ context.Context, key string, fenced bool, token uint64) (store.Entry, error) {
+	time.Sleep(f.readDelay)
 	return f.s.Read(key, fenced, token)
 }
 func (f *fakeStore) Write(_ context.Context, key string, v, tag int64, fenced bool, token uint64) (store.Entry, error) {
@@ -127,12 +129,12 @@ func TestAgentOutcomes(t *testing.T) {
 }
 
 func TestClientTimeoutThenDrain(t *testing.T) {
-	st := &fakeStore{s: store.New()}
+	st := &fakeStore{s: store.New(), readDelay: 200 * time.Millisecond}
 	c := pair(t, &fakeLocker{}, st)
 	// An op whose answer is slow: the harness gives up, then the next op
 	// must not be confused by the late answer.
 	slow := agent.OpRequest{ID: 1, F: history.FRead, Key: "k"}
-	_, err := c.Do(context.Background(), slow, time.Nanosecond, nil)
+	_, err := c.Do(context.Background(), slow, 50*time.Millisecond, nil)
 	if !errors.Is(err, ErrTimeout) {
 		t.Fatalf("want timeout, got %v", err)
 	}

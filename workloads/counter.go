@@ -161,10 +161,16 @@ func (w *Counter) loop(ctx context.Context, c *Client, n int, rng *rand.Rand, re
 	}()
 	for ctx.Err() == nil {
 		key := Key(rng.IntN(w.opts.Keys))
-		_, err := w.op(context.WithoutCancel(ctx), c, n, history.FCriticalSection, key, w.opts.Fenced, rec)
+		revived := c.Revived()
+		_, err := w.op(context.WithoutCancel(ctx), c, n, history.FCriticalSection, key, w.opts.Fenced, w.opts.OpTimeout, rec)
 		if errors.Is(err, ErrCrashed) {
-			w.opts.Log.Warn("client crashed; it issues no more operations", "client", c.Name, "err", err)
-			return nil
+			// Its node was killed: wait until a restart reconnects it.
+			w.opts.Log.Info("client crashed; waiting for its restart", "client", c.Name, "err", err)
+			select {
+			case <-revived:
+			case <-ctx.Done():
+				return nil
+			}
 		}
 	}
 	return nil
@@ -173,7 +179,7 @@ func (w *Counter) loop(ctx context.Context, c *Client, n int, rng *rand.Rand, re
 // op runs one operation and records it, returning its completion. The error
 // is the control channel's, if any (the operation is then recorded as
 // unknown).
-func (w *Counter) op(ctx context.Context, c *Client, n int, f, key string, fenced bool, rec *history.Recorder) (history.Event, error) {
+func (w *Counter) op(ctx context.Context, c *Client, n int, f, key string, fenced bool, timeout time.Duration, rec *history.Recorder) (history.Event, error) {
 	id := w.ids.Add(1)
 	inv := history.Event{Type: history.Invoke, Process: c.Process, Client: c.Name, ID: id, F: f, Key: key, Fenced: fenced}
 	if f == history.FCriticalSection {
@@ -181,7 +187,7 @@ func (w *Counter) op(ctx context.Context, c *Client, n int, f, key string, fence
 		defer w.setPhase(c.Name, activity{phase: Idle})
 	}
 	rec.Record(inv)
-	res, err := c.Do(ctx, agent.OpRequest{ID: id, F: f, Key: key, Fenced: fenced}, w.opts.OpTimeout, func(r agent.Response) {
+	res, err := c.Do(ctx, agent.OpRequest{ID: id, F: f, Key: key, Fenced: fenced}, timeout, func(r agent.Response) {
 		switch r.Ev {
 		case agent.EvAcquired:
 			w.setPhase(c.Name, activity{phase: Holding, key: key, token: r.Token})
@@ -213,20 +219,32 @@ func (w *Counter) op(ctx context.Context, c *Client, n int, f, key string, fence
 	return done, nil
 }
 
+// finalReadTimeout bounds one final read: the store answers at once once
+// faults are healed, and a client that does not is skipped.
+const finalReadTimeout = 5 * time.Second
+
 // Final implements Workload: each key is read by the clients in turn until
-// one read succeeds or ctx is done.
+// one read succeeds or ctx is done. A client whose read fails or times out
+// is not asked again.
 func (w *Counter) Final(ctx context.Context, clients []*Client, rec *history.Recorder) error {
 	if len(clients) == 0 {
 		return errors.New("final reads: no clients")
 	}
 	var missing []string
+	bad := map[string]bool{}
 	for i := range w.opts.Keys {
 		key := Key(i)
 		ok := false
 		for attempt := 0; !ok && ctx.Err() == nil && attempt < 5*len(clients); attempt++ {
 			c := clients[(i+attempt)%len(clients)]
-			done, _ := w.op(ctx, c, len(clients), history.FRead, key, false, rec)
+			if bad[c.Name] && len(bad) < len(clients) {
+				continue
+			}
+			done, err := w.op(ctx, c, len(clients), history.FRead, key, false, min(w.opts.OpTimeout, finalReadTimeout), rec)
 			ok = done.Type == history.OK
+			if err != nil {
+				bad[c.Name] = true
+			}
 			if !ok {
 				select {
 				case <-ctx.Done():

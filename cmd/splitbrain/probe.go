@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitbrain/splitbrain/targets/etcd"
+	"github.com/splitbrain/splitbrain/targets/lockd"
 )
 
 func newProbeCmd(_ *globalFlags) *cobra.Command {
@@ -31,6 +32,21 @@ func newProbeCmd(_ *globalFlags) *cobra.Command {
 		},
 	}
 	ec.Flags().StringVar(&endpoint, "endpoint", "127.0.0.1:2379", "member client endpoint")
-	cmd.AddCommand(ec)
+	var lockdEndpoint string
+	lc := &cobra.Command{
+		Use:  "lockd",
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), 2*time.Second)
+			defer cancel()
+			s, err := lockd.Probe(ctx, lockdEndpoint)
+			if err != nil {
+				return err
+			}
+			return json.NewEncoder(cmd.OutOrStdout()).Encode(s)
+		},
+	}
+	lc.Flags().StringVar(&lockdEndpoint, "endpoint", "127.0.0.1:7002", "node HTTP endpoint")
+	cmd.AddCommand(ec, lc)
 	return cmd
 }

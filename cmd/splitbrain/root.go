@@ -124,6 +124,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newAgentCmd(g),
 		newStoreCmd(g),
 		newProbeCmd(g),
+		newLockdCmd(g),
 	)
 	return root
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/splitbrain/splitbrain/harness/images"
 	"github.com/splitbrain/splitbrain/harness/runtime"
 	"github.com/splitbrain/splitbrain/harness/runtime/docker"
+	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/targets/catalog"
 )
 
@@ -43,7 +44,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.Target, "target", cfg.Target, "lock backend: "+strings.Join(catalog.TargetNames(), ", "))
 	f.StringVar(&cfg.Workload, "workload", cfg.Workload, "workload: unfenced-counter, fenced-counter")
-	f.StringVar(&cfg.Nemesis, "nemesis", cfg.Nemesis, "comma-separated faults: pause, none")
+	f.StringVar(&cfg.Nemesis, "nemesis", cfg.Nemesis, "comma-separated faults: pause, partition, kill, none")
 	f.DurationVar(&cfg.TimeLimit, "time-limit", cfg.TimeLimit, "length of the test phase")
 	f.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "number of client agents (one container each)")
 	f.IntVar(&cfg.Keys, "keys", cfg.Keys, "number of independent counters (locks)")
@@ -53,6 +54,8 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	f.DurationVar(&cfg.FaultMin, "fault-min", 0, "shortest fault (default: lease TTL + 1s)")
 	f.DurationVar(&cfg.FaultMax, "fault-max", 0, "longest fault (default: 2 x lease TTL + 1s)")
 	f.StringVar(&cfg.PauseTargets, "pause-targets", cfg.PauseTargets, "weights of what pause stops: holder, client, node, store")
+	f.StringVar(&cfg.KillTargets, "kill-targets", cfg.KillTargets, "weights of what kill stops and restarts: holder, client, node")
+	f.StringVar(&cfg.Partitions, "partitions", "", "partition topologies to draw from (default: all the target allows): "+strings.Join(nemesis.Topologies(), ", "))
 	f.DurationVar(&cfg.AcquireTimeout, "acquire-timeout", cfg.AcquireTimeout, "how long a client waits for a lock")
 	f.DurationVar(&cfg.StoreTimeout, "store-timeout", cfg.StoreTimeout, "timeout of each counter-store request")
 	f.DurationVar(&cfg.OpTimeout, "op-timeout", cfg.OpTimeout, "how long the harness waits for one operation")
@@ -125,7 +128,7 @@ func dockerDeps(ctx context.Context, log *slog.Logger, progress io.Writer) (harn
 }
 
 func runTest(ctx context.Context, cfg harness.Config, log *slog.Logger, stdout, stderr io.Writer) error {
-	if err := cfg.Validate(catalog.TargetNames()); err != nil {
+	if err := cfg.Validate(catalog.Targets()); err != nil {
 		return err
 	}
 	soft, hard, stop := interrupts(ctx, log)

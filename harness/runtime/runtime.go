@@ -27,6 +27,12 @@ const (
 	LabelNode = "splitbrain.node"
 )
 
+// Roles the harness itself gives nodes (targets name their own).
+const (
+	RoleClient = "client"
+	RoleStore  = "store"
+)
+
 // Capabilities a node may be granted. A node gets only those its role needs.
 const (
 	// CapNetAdmin lets the nemesis install firewall rules in the node.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/etcd"
+	"github.com/splitbrain/splitbrain/targets/lockd"
 	"github.com/splitbrain/splitbrain/targets/redis"
 )
 
@@ -15,6 +16,7 @@ func Targets() map[string]targets.Target {
 	return map[string]targets.Target{
 		"redis": redis.Target{},
 		"etcd":  etcd.Target{},
+		"lockd": lockd.Target{},
 	}
 }
 
@@ -33,5 +35,6 @@ func Lockers() map[string]targets.LockerFactory {
 	return map[string]targets.LockerFactory{
 		"redis": redis.NewLocker,
 		"etcd":  etcd.NewLocker,
+		"lockd": lockd.NewLocker,
 	}
 }

@@ -46,7 +46,10 @@ type Target struct {
 	Nodes int
 }
 
-var _ targets.Target = Target{}
+var (
+	_ targets.Target = Target{}
+	_ targets.Sizer  = Target{}
+)
 
 // Name implements targets.Target.
 func (Target) Name() string { return "etcd" }
@@ -54,12 +57,16 @@ func (Target) Name() string { return "etcd" }
 // Roles implements targets.Target.
 func (Target) Roles() []string { return []string{Role} }
 
-func (t Target) size() int {
+// Size implements targets.Sizer.
+func (t Target) Size() int {
 	if t.Nodes <= 0 {
 		return 3
 	}
 	return t.Nodes
 }
+
+// Leads implements targets.Sizer.
+func (Target) Leads() bool { return true }
 
 // Command is member name's command line in a cluster of peers (name → address).
 func Command(name string, addr string, peers map[string]string, token string) []string {
@@ -97,7 +104,7 @@ func sortedNames(m map[string]string) []string {
 // waits until every one answers and they agree on a leader.
 func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
 	peers := map[string]string{}
-	names := make([]string, t.size())
+	names := make([]string, t.Size())
 	for i := range names {
 		names[i] = fmt.Sprintf("n%d", i+1)
 		a, err := rt.Reserve(names[i])
@@ -271,4 +278,5 @@ func (c *Cluster) Leader(ctx context.Context) (runtime.Node, error) {
 	}
 	return best, nil
 }
+
 var _ targets.LeaderFinder = (*Cluster)(nil)

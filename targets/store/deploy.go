@@ -11,7 +11,7 @@ import (
 )
 
 // Role is the store's image role and node name.
-const Role = "store"
+const Role = runtime.RoleStore
 
 // Deploy starts the counter store as node "store" from image and waits
 // until it listens. It returns the node and the store's address.

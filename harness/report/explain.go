@@ -1,0 +1,887 @@
+package report
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+// Kind says what sort of anomaly an [Anomaly] is.
+type Kind string
+
+// Kinds of anomaly.
+const (
+	// LostUpdate: a holder wrote after its lease had passed to a newer
+	// holder, and one of the two overwrote the other's increments.
+	LostUpdate Kind = "lost-update"
+	// StaleRead: a holder read a value that had already been overwritten,
+	// although the holds did not overlap; its write then lost increments.
+	StaleRead Kind = "stale-read"
+	// LostWrite: an acknowledged write that no later read saw and no
+	// competing writer explains.
+	LostWrite Kind = "lost-write"
+	// NotLinearizable: the checker found the key illegal but no single late
+	// or stale write explains it.
+	NotLinearizable Kind = "not-linearizable"
+)
+
+// Roles of the operations of an anomaly (Op.Role).
+const (
+	// RoleLate is the late (or stale) writer.
+	RoleLate = "late"
+	// RoleLost marks an operation whose increment was lost.
+	RoleLost = "lost"
+	// RoleNewer marks the newer holder whose grant made the late write late.
+	RoleNewer = "newer"
+	// RoleOverwriter marks the write that overwrote a late write.
+	RoleOverwriter = "overwriter"
+	// RoleFinal marks the read that saw the outcome.
+	RoleFinal = "final-read"
+)
+
+// Op is one operation as an explanation shows it: its invocation and
+// completion merged, times on the run's time base.
+type Op struct {
+	ID      int64          `json:"id"`
+	Client  string         `json:"client"`
+	F       string         `json:"f"`
+	Key     string         `json:"key"`
+	Fenced  bool           `json:"fenced,omitempty"`
+	Token   uint64         `json:"token,omitempty"`
+	Outcome history.Type   `json:"outcome"`
+	Error   string         `json:"error,omitempty"`
+	Read    *history.Value `json:"read,omitempty"`
+	Write   *history.Value `json:"write,omitempty"`
+	Invoke  int64          `json:"invoke"`
+	// Complete is the completion time; 0 when the operation never completed.
+	Complete int64 `json:"complete,omitempty"`
+	// Acquired, WriteAt and Released are the client's own marks (0 when
+	// unknown).
+	Acquired int64 `json:"acquired,omitempty"`
+	WriteAt  int64 `json:"write_at,omitempty"`
+	Released int64 `json:"released,omitempty"`
+	// Role is what the operation did in the anomaly (Role* constants), or
+	// empty for context.
+	Role string `json:"role,omitempty"`
+
+	src history.Op
+}
+
+// acq is when the op got the lock, or its invocation when unknown.
+func (o *Op) acq() int64 {
+	if o.Acquired > 0 {
+		return o.Acquired
+	}
+	return o.Invoke
+}
+
+// wrote is when the op sent its write, or its completion when unknown.
+func (o *Op) wrote() int64 {
+	if o.WriteAt > 0 {
+		return o.WriteAt
+	}
+	return o.end()
+}
+
+// end is the completion time, or +inf for an operation that never completed.
+func (o *Op) end() int64 {
+	if o.Complete > 0 {
+		return o.Complete
+	}
+	return math.MaxInt64
+}
+
+func newOp(h history.Op) *Op {
+	o := &Op{
+		ID: h.Invoke.ID, Client: h.Invoke.Client, F: h.Invoke.F, Key: h.Invoke.Key, Fenced: h.Invoke.Fenced,
+		Outcome: h.Outcome(), Invoke: h.Invoke.Time, src: h,
+	}
+	if c := h.Complete; c != nil {
+		o.Complete, o.Token, o.Error = c.Time, c.Token, c.Error
+		o.Read, o.Write = c.Read, c.Write
+		o.Acquired, o.WriteAt, o.Released = c.Acquired, c.WriteAt, c.Released
+	}
+	return o
+}
+
+// Window is the smallest stretch of a key's history that still shows an
+// anomaly.
+type Window struct {
+	// Start is the first invocation in the window, End the last completion.
+	Start int64 `json:"start"`
+	End   int64 `json:"end"`
+	// Prefix is the counter's state just before the window (what its first
+	// operations read).
+	Prefix history.Value `json:"prefix"`
+	// Ops are the window's operations in invocation order.
+	Ops []Op `json:"ops"`
+	// KeyOps is how many checked operations the key has in the whole
+	// history: what the window was shrunk from.
+	KeyOps int `json:"key_ops"`
+	// Verified says the linearizability checker, run on the window alone
+	// (starting from Prefix), found it illegal.
+	Verified bool `json:"verified"`
+}
+
+// Events returns the window's history: a synthetic operation that sets the
+// counter to Prefix (when it is not the initial state), then the window's
+// invocations and completions in time order. Checking it with
+// [checkers.NewLinearizable] gives an invalid verdict when Verified is set.
+func (w Window) Events() []history.Event {
+	return windowEvents(w.Prefix, opsOf(w.Ops))
+}
+
+func opsOf(ops []Op) []*Op {
+	out := make([]*Op, len(ops))
+	for i := range ops {
+		out[i] = &ops[i]
+	}
+	return out
+}
+
+// Anomaly is one violation, explained.
+type Anomaly struct {
+	Kind Kind   `json:"kind"`
+	Key  string `json:"key"`
+	// Title is a one-line summary; Text the explanation in plain words.
+	Title string `json:"title"`
+	Text  string `json:"text"`
+	// Late is the late (or stale) writer; nil for NotLinearizable.
+	Late *Op `json:"late,omitempty"`
+	// Newer are the holders granted the lock after Late whose writes
+	// happened during Late's hold.
+	Newer []Op `json:"newer,omitempty"`
+	// Lost are the operations whose acknowledged increments were lost.
+	Lost []Op `json:"lost,omitempty"`
+	// Overwriter is the write that overwrote a late write that landed
+	// mid-history (nil when the late write survived).
+	Overwriter *Op `json:"overwriter,omitempty"`
+	// Faults are the fault windows overlapping Late's hold.
+	Faults []checkers.Window `json:"faults,omitempty"`
+	// Window is the shrunk history that shows the anomaly.
+	Window *Window `json:"window,omitempty"`
+}
+
+// ExplainOptions configure [Explain].
+type ExplainOptions struct {
+	// LeaseTTL is the lock's lease (results.json options.lease_ttl_ns);
+	// zero leaves lease expiry out of the text.
+	LeaseTTL time.Duration
+	// IllegalKeys are the keys the linearizability checker found illegal;
+	// one that no late or stale write explains gets a NotLinearizable
+	// anomaly.
+	IllegalKeys []string
+	// Verify is how many windows are checked with the linearizability
+	// checker (the first ones, in time order of the history); zero means 50.
+	Verify int
+	// MaxWindowOps caps a window; a longer one is cut to the anomaly's own
+	// operations. Zero means 2000.
+	MaxWindowOps int
+	// CheckTimeout bounds each check of a window; zero means 5 s.
+	CheckTimeout time.Duration
+}
+
+// Explain finds the anomalies of a counter history and explains each in
+// plain words, with the smallest window of the history that shows it. A
+// valid history gives none.
+func Explain(events []history.Event, opts ExplainOptions) []Anomaly {
+	return ExplainContext(context.Background(), events, opts)
+}
+
+// ExplainContext is [Explain] with a context bounding the checker runs.
+func ExplainContext(ctx context.Context, events []history.Event, opts ExplainOptions) []Anomaly {
+	if opts.Verify == 0 {
+		opts.Verify = 50
+	}
+	if opts.MaxWindowOps <= 0 {
+		opts.MaxWindowOps = 2000
+	}
+	if opts.CheckTimeout <= 0 {
+		opts.CheckTimeout = 5 * time.Second
+	}
+	in := checkers.NewInput(events)
+	e := &explainer{ctx: ctx, opts: opts, tf: newTimeFmt(in.End), faults: checkers.Windows(in.Faults)}
+	e.index(in)
+	var out []Anomaly
+	explained := map[string]bool{}
+	// Keys in order of their first anomaly would be nicer, but the checks
+	// are bounded by count, so go by key name for determinism.
+	for _, k := range e.keys {
+		as := e.explainKey(e.byKey[k])
+		if len(as) > 0 {
+			explained[k] = true
+		}
+		out = append(out, as...)
+	}
+	for _, k := range opts.IllegalKeys {
+		if !explained[k] {
+			out = append(out, Anomaly{
+				Kind: NotLinearizable, Key: k,
+				Title: fmt.Sprintf("%s is not linearizable", k),
+				Text: fmt.Sprintf("The linearizability checker found no order of the operations on %s that a correct lock and store could give, "+
+					"but no single late or stale write explains it (the chain of writes does not fork). See linearizability.html for the operations.", k),
+			})
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return anomalyTime(out[i]) < anomalyTime(out[j]) })
+	return out
+}
+
+func anomalyTime(a Anomaly) int64 {
+	if a.Late != nil {
+		return a.Late.Invoke
+	}
+	return math.MaxInt64
+}
+
+// explainer holds one history's index.
+type explainer struct {
+	ctx    context.Context
+	opts   ExplainOptions
+	tf     timeFmt
+	faults []checkers.Window
+	keys   []string
+	byKey  map[string]*keyHist
+	// verified counts the windows checked so far.
+	verified int
+}
+
+// keyHist is one key's operations.
+type keyHist struct {
+	key string
+	// model are the operations the checker judges, in invocation order.
+	model []*Op
+	// writes are the writes that took effect, by the tag they wrote.
+	writes map[int64]*Op
+	// succ lists the writes that read each tag.
+	succ map[int64][]*Op
+	// finals are the ok plain reads, in completion order.
+	finals []*Op
+}
+
+func (e *explainer) index(in checkers.Input) {
+	observed := map[int64]bool{}
+	for _, op := range in.Ops {
+		if c := op.Complete; c != nil && c.Read != nil {
+			observed[c.Read.Tag] = true
+		}
+	}
+	e.byKey = map[string]*keyHist{}
+	for _, h := range in.Ops {
+		o := newOp(h)
+		k := e.byKey[o.Key]
+		if k == nil {
+			k = &keyHist{key: o.Key, writes: map[int64]*Op{}, succ: map[int64][]*Op{}}
+			e.byKey[o.Key] = k
+			e.keys = append(e.keys, o.Key)
+		}
+		switch {
+		case o.F == history.FRead:
+			if o.Outcome == history.OK && o.Read != nil {
+				k.model = append(k.model, o)
+				k.finals = append(k.finals, o)
+			}
+		case o.F != history.FCriticalSection:
+		case o.Outcome == history.OK && o.Read != nil && o.Write != nil,
+			o.Outcome == history.Info && observed[o.ID] && o.Write != nil:
+			k.model = append(k.model, o)
+			k.writes[o.Write.Tag] = o
+			if o.Read != nil {
+				k.succ[o.Read.Tag] = append(k.succ[o.Read.Tag], o)
+			}
+		case o.Outcome == history.Info && observed[o.ID]:
+			// A blind write: it took effect, but what it read is unknown.
+			k.model = append(k.model, o)
+			k.writes[o.ID] = o
+		case o.Outcome == history.Fail && o.Read != nil:
+			k.model = append(k.model, o)
+		}
+	}
+	sort.Strings(e.keys)
+	for _, k := range e.byKey {
+		sort.SliceStable(k.finals, func(i, j int) bool { return k.finals[i].Complete < k.finals[j].Complete })
+		for _, s := range k.succ {
+			sort.SliceStable(s, func(i, j int) bool { return s[i].wrote() < s[j].wrote() })
+		}
+	}
+}
+
+// chain is the sequence of writes that survived on a key: from the state
+// the last read saw back to the initial state.
+type chain struct {
+	ops []*Op // oldest first
+	pos map[int64]int
+	// rootKnown says the chain reaches the initial state (tag 0).
+	rootKnown bool
+	tip       int64
+}
+
+// hasTag reports whether tag is a state of the chain.
+func (c *chain) hasTag(tag int64) bool {
+	if tag == 0 {
+		return c.rootKnown
+	}
+	_, ok := c.pos[tag]
+	return ok
+}
+
+// next is the chain write that read tag, nil when tag is the tip.
+func (c *chain) next(tag int64) *Op {
+	i := -1
+	if tag != 0 {
+		i = c.pos[tag]
+	}
+	if i+1 < len(c.ops) {
+		return c.ops[i+1]
+	}
+	return nil
+}
+
+func (k *keyHist) chain() (*chain, *Op) {
+	c := &chain{pos: map[int64]int{}}
+	var final *Op
+	tip := int64(-1)
+	if n := len(k.finals); n > 0 {
+		final = k.finals[n-1]
+		if t := final.Read.Tag; t == 0 || k.writes[t] != nil {
+			tip = t
+		}
+	}
+	if tip < 0 {
+		// No usable final read: the state is what the last write to land
+		// wrote (unfenced stores keep the last write).
+		var last *Op
+		for _, w := range k.writes {
+			if last == nil || w.wrote() > last.wrote() || (w.wrote() == last.wrote() && w.ID > last.ID) {
+				last = w
+			}
+		}
+		if last == nil {
+			return c, final
+		}
+		tip = last.writeTag()
+		final = nil
+	}
+	c.tip = tip
+	var rev []*Op
+	seen := map[int64]bool{}
+	for t := tip; ; {
+		if t == 0 {
+			c.rootKnown = true
+			break
+		}
+		w := k.writes[t]
+		if w == nil || seen[t] {
+			break
+		}
+		seen[t] = true
+		rev = append(rev, w)
+		if w.Read == nil {
+			break // a blind write: what came before is unknown
+		}
+		t = w.Read.Tag
+	}
+	slices.Reverse(rev)
+	c.ops = rev
+	for i, w := range rev {
+		c.pos[w.writeTag()] = i
+	}
+	return c, final
+}
+
+func (o *Op) writeTag() int64 {
+	if o.Write != nil {
+		return o.Write.Tag
+	}
+	return o.ID
+}
+
+// explainKey finds the forks in a key's chain of writes: each write that
+// took effect but is not on the surviving chain starts (or belongs to) a
+// lost branch, and the branch's first write read a state that another write
+// also read.
+func (e *explainer) explainKey(k *keyHist) []Anomaly {
+	if len(k.writes) == 0 {
+		return nil
+	}
+	ch, final := k.chain()
+	var heads []*Op
+	lost := map[int64]bool{}
+	for tag, w := range k.writes {
+		if _, on := ch.pos[tag]; !on {
+			lost[tag] = true
+			if w.Read != nil && ch.hasTag(w.Read.Tag) {
+				heads = append(heads, w)
+			}
+		}
+	}
+	sort.Slice(heads, func(i, j int) bool { return heads[i].wrote() < heads[j].wrote() })
+	var out []Anomaly
+	for _, h := range heads {
+		var branch []*Op
+		queue := []*Op{h}
+		for len(queue) > 0 {
+			w := queue[0]
+			queue = queue[1:]
+			branch = append(branch, w)
+			for _, s := range k.succ[w.writeTag()] {
+				if lost[s.writeTag()] {
+					queue = append(queue, s)
+				}
+			}
+		}
+		sort.SliceStable(branch, func(i, j int) bool { return branch[i].wrote() < branch[j].wrote() })
+		a := e.explainBranch(k, ch, final, h, branch)
+		out = append(out, a)
+	}
+	return out
+}
+
+// explainBranch explains one lost branch whose first write h read fork
+// state t, which the chain continued from with write s.
+func (e *explainer) explainBranch(k *keyHist, ch *chain, final *Op, h *Op, branch []*Op) Anomaly {
+	t := *h.Read
+	s := ch.next(t.Tag)
+	a := Anomaly{Key: k.key}
+	var core []*Op
+	switch {
+	case s == nil:
+		a.Kind = LostWrite
+		core = slices.Clone(branch)
+		e.textLostWrite(&a, t, branch, final)
+	case s.acq() < h.acq() && s.wrote() > h.acq():
+		// s held the lock first and wrote after h was granted: s is the
+		// late writer and its write overwrote the branch.
+		a.Kind = LostUpdate
+		core = append([]*Op{s}, branch...)
+		e.textLateSurvived(&a, s, branch)
+	case h.acq() < s.acq() && h.wrote() > s.acq():
+		// h held the lock first and wrote after s was granted: h's late
+		// write landed mid-chain and was itself overwritten later.
+		a.Kind = LostUpdate
+		core = append(e.textLateOverwritten(&a, h, s, ch, branch), branch...)
+	default:
+		a.Kind = StaleRead
+		core = append([]*Op{s}, branch...)
+		e.textStale(&a, t, s, h, branch)
+	}
+	if a.Kind == LostWrite && final != nil {
+		core = append(core, final)
+	}
+	a.Window = e.window(k, t, core, &a, final)
+	return a
+}
+
+func withRole(o *Op, role string) Op {
+	c := *o
+	c.Role = role
+	return c
+}
+
+func (e *explainer) overlapping(from, to int64) []checkers.Window {
+	var out []checkers.Window
+	for _, w := range e.faults {
+		if w.Start < to && w.End > from {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+// faultWords describes the faults overlapping a client's hold, and when
+// the client itself was resumed (0 if it was not paused).
+func (e *explainer) faultWords(client string, ws []checkers.Window, before int64) (string, int64) {
+	var parts []string
+	var resumed int64
+	for _, w := range ws {
+		self := slices.Contains(w.Targets, client)
+		switch {
+		case w.F == "pause" && self:
+			parts = append(parts, "while it was paused "+e.tf.span(w.Start, w.End))
+			if w.Start < before {
+				// The heal is recorded just after the process runs again, so
+				// a write can come first: it resumed by then at the latest.
+				resumed = max(resumed, min(w.End, before))
+			}
+		case w.F == "pause":
+			verb := "was"
+			if len(w.Targets) > 1 {
+				verb = "were"
+			}
+			parts = append(parts, fmt.Sprintf("while %s %s paused %s", list(w.Targets), verb, e.tf.span(w.Start, w.End)))
+		default:
+			what := w.F
+			if len(w.Targets) > 0 {
+				what += " of " + list(w.Targets)
+			}
+			if w.Detail != "" {
+				what += " (" + w.Detail + ")"
+			}
+			parts = append(parts, "during a "+what+" "+e.tf.span(w.Start, w.End))
+		}
+	}
+	return strings.Join(parts, "; "), resumed
+}
+
+// leaseWords says how the late writer's lease ended, given the newer
+// holder's grant.
+func (e *explainer) leaseWords(late *Op, newerAcq int64) string {
+	if e.opts.LeaseTTL <= 0 {
+		return ""
+	}
+	exp := late.acq() + int64(e.opts.LeaseTTL)
+	if exp <= newerAcq+int64(50*time.Millisecond) {
+		return fmt.Sprintf(" until its lease (TTL %s) expired at about %s", dur(e.opts.LeaseTTL), e.tf.at(exp))
+	}
+	return fmt.Sprintf(" until it lost its lease (a TTL of %s would have lasted until %s)", dur(e.opts.LeaseTTL), e.tf.at(exp))
+}
+
+func fenceWord(o *Op) string {
+	if o.Fenced {
+		return "fenced"
+	}
+	return "unfenced"
+}
+
+func increments(ops []*Op) string {
+	var who []string
+	seen := map[string]bool{}
+	for _, o := range ops {
+		if !seen[o.Client] {
+			seen[o.Client] = true
+			who = append(who, o.Client+"'s")
+		}
+	}
+	if len(ops) == 1 {
+		return who[0] + " increment"
+	}
+	return fmt.Sprintf("%d increments (%s)", len(ops), list(who))
+}
+
+// holdIntro is "client c3 held token 7 on k0 from 10.30 s until its lease
+// expired at about 12.30 s, while it was paused from 11.00 s to 13.02 s".
+func (e *explainer) holdIntro(a *Anomaly, late *Op, newerAcq int64) (string, int64) {
+	a.Faults = e.overlapping(late.acq(), late.wrote())
+	fw, resumed := e.faultWords(late.Client, a.Faults, late.wrote())
+	s := fmt.Sprintf("Client %s held %s on %s from %s%s", late.Client, tokenWords(late.Token), late.Key, e.tf.at(late.acq()), e.leaseWords(late, newerAcq))
+	if fw != "" {
+		s += ", " + fw
+	}
+	return s + ".", resumed
+}
+
+// newerWords is "c5 acquired token 8 at 12.41 s and wrote 42 (it read 41);
+// 3 more increments followed (c2, c4), up to 45".
+func (e *explainer) newerWords(first *Op, rest []*Op) string {
+	s := fmt.Sprintf("Client %s acquired %s at %s and wrote %d (it read %d)", first.Client, tokenWords(first.Token), e.tf.at(first.acq()), first.Write.Value, first.Read.Value)
+	if len(rest) > 0 {
+		var who []string
+		seen := map[string]bool{}
+		for _, o := range rest {
+			if !seen[o.Client] {
+				seen[o.Client] = true
+				who = append(who, o.Client)
+			}
+		}
+		s += fmt.Sprintf("; %s followed (%s), up to %d", plural(len(rest), "more increment"), list(who), valueOf(rest[len(rest)-1]))
+	}
+	return s
+}
+
+func valueOf(o *Op) int64 {
+	if o.Write != nil {
+		return o.Write.Value
+	}
+	if o.Read != nil {
+		return o.Read.Value
+	}
+	return 0
+}
+
+func (e *explainer) lateWriteWords(late *Op, resumed int64) string {
+	s := "Client " + late.Client + "'s "
+	if resumed > 0 {
+		s = "Client " + late.Client + " resumed at " + e.tf.at(resumed) + " and its "
+	}
+	s += fmt.Sprintf("%s write of %d (it had read %d) was accepted at %s", fenceWord(late), late.Write.Value, late.Read.Value, e.tf.at(late.wrote()))
+	return s
+}
+
+func (e *explainer) textLateSurvived(a *Anomaly, late *Op, branch []*Op) {
+	newer := branch[0]
+	a.Late = ptr(withRole(late, RoleLate))
+	for _, o := range branch {
+		a.Lost = append(a.Lost, withRole(o, RoleLost))
+		if o.acq() > late.acq() {
+			a.Newer = append(a.Newer, withRole(o, RoleNewer))
+		}
+	}
+	intro, resumed := e.holdIntro(a, late, newer.acq())
+	last := branch[len(branch)-1]
+	a.Title = fmt.Sprintf("Lost update on %s: %s's late write (%s) overwrote %s", late.Key, late.Client, tokenWords(late.Token), increments(branch))
+	a.Text = fmt.Sprintf("%s %s. %s, overwriting %d and losing %s.", intro, e.newerWords(newer, branch[1:]),
+		e.lateWriteWords(late, resumed), valueOf(last), increments(branch))
+	if late.Fenced {
+		a.Text += fmt.Sprintf(" The store accepted the fenced write although %s had been granted: fencing did not work.", tokenWords(newer.Token))
+	}
+}
+
+// textLateOverwritten explains a late write that landed mid-chain; it
+// returns the chain writes it rolled back and the one that overwrote it.
+func (e *explainer) textLateOverwritten(a *Anomaly, late, s *Op, ch *chain, branch []*Op) []*Op {
+	a.Late = ptr(withRole(late, RoleLate))
+	for _, o := range branch {
+		a.Lost = append(a.Lost, withRole(o, RoleLost))
+	}
+	// The chain writes between s and the late write's landing were rolled
+	// back by it; the first chain write after the branch overwrote it.
+	i := ch.pos[s.writeTag()]
+	var rolled []*Op
+	var over *Op
+	lastBranch := branch[len(branch)-1].wrote()
+	for _, w := range ch.ops[i:] {
+		if w.wrote() < late.wrote() {
+			rolled = append(rolled, w)
+		} else if w.wrote() >= lastBranch && over == nil {
+			over = w
+		}
+	}
+	if len(rolled) == 0 {
+		rolled = []*Op{s}
+	}
+	for _, o := range rolled {
+		a.Newer = append(a.Newer, withRole(o, RoleNewer))
+	}
+	intro, resumed := e.holdIntro(a, late, s.acq())
+	before := s.Write.Value
+	if n := len(rolled); n > 0 {
+		before = valueOf(rolled[n-1])
+	}
+	var rest []*Op
+	if len(rolled) > 1 {
+		rest = rolled[1:]
+	}
+	a.Title = fmt.Sprintf("Lost update on %s: %s's late write (%s) rolled the counter back from %d to %d", late.Key, late.Client, tokenWords(late.Token), before, late.Write.Value)
+	a.Text = fmt.Sprintf("%s %s. %s, rolling %s back from %d to %d.", intro, e.newerWords(s, rest),
+		e.lateWriteWords(late, resumed), late.Key, before, late.Write.Value)
+	if over != nil {
+		a.Overwriter = ptr(withRole(over, RoleOverwriter))
+		a.Text += fmt.Sprintf(" Then %s (%s), which had read %d, wrote %d at %s over it, so %s was lost.",
+			over.Client, tokenWords(over.Token), over.Read.Value, over.Write.Value, e.tf.at(over.wrote()), increments(branch))
+		return append(rolled, over)
+	}
+	a.Text += fmt.Sprintf(" A later write overwrote it, so %s was lost.", increments(branch))
+	return rolled
+}
+
+func (e *explainer) textStale(a *Anomaly, t history.Value, s, h *Op, branch []*Op) {
+	// The stale reader is whichever of the two got the lock later.
+	reader, writer := s, h
+	if h.acq() > s.acq() {
+		reader, writer = h, s
+	}
+	a.Late = ptr(withRole(reader, RoleLate))
+	for _, o := range branch {
+		a.Lost = append(a.Lost, withRole(o, RoleLost))
+	}
+	a.Faults = e.overlapping(reader.acq(), reader.wrote())
+	fw, _ := e.faultWords(reader.Client, a.Faults, reader.wrote())
+	ack := ""
+	if writer.Outcome == history.OK {
+		ack = fmt.Sprintf(", acknowledged at %s", e.tf.at(writer.Complete))
+	}
+	a.Title = fmt.Sprintf("Stale read on %s: %s read %d after %s had written %d", reader.Key, reader.Client, t.Value, writer.Client, writer.Write.Value)
+	a.Text = fmt.Sprintf("Client %s wrote %d on %s (%s) at %s%s. Client %s acquired %s at %s, after that write, yet read %d, the value before it",
+		writer.Client, writer.Write.Value, writer.Key, tokenWords(writer.Token), e.tf.at(writer.wrote()), ack,
+		reader.Client, tokenWords(reader.Token), e.tf.at(reader.acq()), t.Value)
+	if fw != "" {
+		a.Text += ", " + fw
+	}
+	a.Text += fmt.Sprintf(". Its write of %d was accepted at %s: %s was lost. The holds did not overlap, so the store (not the lock) served a stale value.",
+		reader.Write.Value, e.tf.at(reader.wrote()), increments(branch))
+}
+
+func (e *explainer) textLostWrite(a *Anomaly, t history.Value, branch []*Op, final *Op) {
+	h := branch[0]
+	a.Late = ptr(withRole(h, RoleLate))
+	for _, o := range branch {
+		a.Lost = append(a.Lost, withRole(o, RoleLost))
+	}
+	a.Faults = e.overlapping(h.acq(), h.end())
+	a.Title = fmt.Sprintf("Lost write on %s: %s's acknowledged write of %d vanished", h.Key, h.Client, h.Write.Value)
+	seen := "no later write built on it"
+	if final != nil {
+		seen = fmt.Sprintf("the final read at %s saw %d, the value before it", e.tf.at(final.Complete), t.Value)
+	}
+	a.Text = fmt.Sprintf("Client %s (%s) read %d on %s and its write of %d was acknowledged at %s, but %s; no competing writer explains it, so %s was lost.",
+		h.Client, tokenWords(h.Token), t.Value, h.Key, h.Write.Value, e.tf.at(h.Complete), seen, increments(branch))
+	if fw, _ := e.faultWords(h.Client, a.Faults, h.end()); fw != "" {
+		a.Text += " It happened " + fw + "."
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+
+// window cuts the history of a key down to an anomaly: the operations
+// invoked and completed within the span of its core operations (the late
+// writer's invocation to the last completion among the late writer, the
+// overwritten operations and the overwriter), starting from the fork state.
+// Operations that read a state neither the fork state nor written inside
+// the window are left out, so the window is never illegal merely for having
+// been cut out of its history: a legal history gives legal windows. The
+// checker is then run on the window alone; if it does not find it illegal
+// (or it is too long) the window is the core operations alone, checked in
+// turn.
+func (e *explainer) window(k *keyHist, prefix history.Value, core []*Op, an *Anomaly, final *Op) *Window {
+	w := &Window{Prefix: prefix, KeyOps: len(k.model)}
+	a, b := int64(math.MaxInt64), int64(math.MinInt64)
+	for _, o := range core {
+		a, b = min(a, o.Invoke), max(b, o.end())
+	}
+	ops := closed(prefix, k.slice(a, b))
+	verify := e.verified < e.opts.Verify
+	if len(ops) > e.opts.MaxWindowOps || !containsAll(ops, core) || (verify && !e.illegal(prefix, ops)) {
+		ops = closed(prefix, core)
+		sort.SliceStable(ops, func(i, j int) bool { return ops[i].Invoke < ops[j].Invoke })
+		w.Verified = verify && e.illegal(prefix, ops)
+	} else {
+		w.Verified = verify
+	}
+	if verify {
+		e.verified++
+	}
+	w.Ops = roles(ops, an, final)
+	w.Start, w.End = a, 0
+	for _, o := range ops {
+		w.Start = min(w.Start, o.Invoke)
+		if o.Complete > 0 {
+			w.End = max(w.End, o.Complete)
+		}
+	}
+	return w
+}
+
+func containsAll(ops, core []*Op) bool {
+	in := make(map[*Op]bool, len(ops))
+	for _, o := range ops {
+		in[o] = true
+	}
+	for _, o := range core {
+		if !in[o] {
+			return false
+		}
+	}
+	return true
+}
+
+// roles copies ops, marking each with its role in the anomaly.
+func roles(ops []*Op, a *Anomaly, final *Op) []Op {
+	role := map[int64]string{}
+	if final != nil && a.Kind == LostWrite {
+		role[final.ID] = RoleFinal
+	}
+	if a.Overwriter != nil {
+		role[a.Overwriter.ID] = RoleOverwriter
+	}
+	for _, o := range a.Newer {
+		role[o.ID] = RoleNewer
+	}
+	for _, o := range a.Lost {
+		role[o.ID] = RoleLost
+	}
+	if a.Late != nil {
+		role[a.Late.ID] = RoleLate
+	}
+	out := make([]Op, len(ops))
+	for i, o := range ops {
+		out[i] = withRole(o, role[o.ID])
+	}
+	return out
+}
+
+// slice is the key's checked operations invoked at or after a and
+// completed by b, in invocation order.
+func (k *keyHist) slice(a, b int64) []*Op {
+	i := sort.Search(len(k.model), func(i int) bool { return k.model[i].Invoke >= a })
+	var out []*Op
+	for _, o := range k.model[i:] {
+		if o.Invoke > b {
+			break
+		}
+		if o.end() <= b {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+// closed keeps the operations whose read state is prefix or written by
+// another kept operation (repeatedly, so whole dependent chains go), in the
+// order given.
+func closed(prefix history.Value, ops []*Op) []*Op {
+	keep := slices.Clone(ops)
+	for {
+		written := map[int64]bool{prefix.Tag: true}
+		for _, o := range keep {
+			if o.F == history.FCriticalSection && o.Outcome != history.Fail {
+				written[o.writeTag()] = true
+			}
+		}
+		n := len(keep)
+		keep = slices.DeleteFunc(keep, func(o *Op) bool { return o.Read != nil && !written[o.Read.Tag] })
+		if len(keep) == n {
+			return keep
+		}
+	}
+}
+
+// illegal runs the linearizability checker on ops alone, starting from
+// prefix.
+func (e *explainer) illegal(prefix history.Value, ops []*Op) bool {
+	if len(ops) == 0 {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, e.opts.CheckTimeout)
+	defer cancel()
+	lin := checkers.NewLinearizable(checkers.LinearizableOptions{Timeout: e.opts.CheckTimeout, Parallelism: 1})
+	r := lin.Check(ctx, checkers.NewInput(windowEvents(prefix, ops)))
+	return r.Verdict == checkers.Invalid
+}
+
+// prefixID is the id of the synthetic operation that sets a window's
+// initial state.
+const prefixID = -1
+
+func windowEvents(prefix history.Value, ops []*Op) []history.Event {
+	var evs []history.Event
+	if prefix != (history.Value{}) {
+		start := int64(math.MaxInt64)
+		for _, o := range ops {
+			start = min(start, o.Invoke)
+		}
+		inv := history.Event{Time: start - 2, Type: history.Invoke, Process: 0, Client: "before", ID: prefixID, F: history.FCriticalSection}
+		if len(ops) > 0 {
+			inv.Key = ops[0].Key
+		}
+		done := inv
+		done.Time, done.Type = start-1, history.OK
+		done.Read, done.Write = &history.Value{}, &prefix
+		evs = append(evs, inv, done)
+	}
+	for _, o := range ops {
+		evs = append(evs, o.src.Invoke)
+		if o.src.Complete != nil {
+			evs = append(evs, *o.src.Complete)
+		}
+	}
+	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Time < evs[j].Time })
+	return evs
+}

@@ -1,0 +1,701 @@
+package report
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+// The report's charts are plain SVG drawn here and written by html/template
+// (which escapes every label). Large histories are downsampled into time
+// buckets, so a chart has at most a few thousand elements whatever the
+// number of operations.
+
+// chart is one SVG figure; every coordinate is preformatted.
+type chart struct {
+	ID     string
+	Title  string
+	Desc   string
+	Width  int
+	Height int
+	// Bands are shaded fault windows, under everything else.
+	Bands []svgRect
+	Grid  []svgLine
+	Rects []svgRect
+	Lines []svgLine
+	Polys []svgPoly
+	Dots  []svgDot
+	Texts []svgText
+	// Legend is shown under the chart.
+	Legend []legendItem
+	// Note says what was left out or merged.
+	Note string
+}
+
+type svgRect struct {
+	X, Y, W, H  string
+	Fill, Class string
+	Title       string
+}
+
+type svgLine struct {
+	X1, Y1, X2, Y2 string
+	Stroke, Class  string
+	Title          string
+}
+
+type svgPoly struct {
+	Points string
+	Stroke string
+	Class  string
+	Title  string
+}
+
+type svgDot struct {
+	CX, CY, R string
+	Fill      string
+	Title     string
+}
+
+type svgText struct {
+	X, Y   string
+	Text   string
+	Anchor string
+	Class  string
+}
+
+type legendItem struct {
+	Color, Label, Class string
+}
+
+// Colors of the outcomes and roles.
+var (
+	outcomeColor = map[history.Type]string{history.OK: "#2e7d32", history.Fail: "#ef6c00", history.Info: "#7b1fa2"}
+	outcomes     = []history.Type{history.OK, history.Fail, history.Info}
+	keyColors    = []string{"#4e79a7", "#59a14f", "#b07aa1", "#9c755f", "#76b7b2", "#edc948", "#ff9da7", "#bab0ac"}
+	roleColor    = map[string]string{
+		RoleLate: "#f57c00", RoleLost: "#c62828", RoleNewer: "#1565c0", RoleOverwriter: "#6a1b9a", RoleFinal: "#2e7d32", "": "#9e9e9e",
+	}
+)
+
+func faultColor(f string) string {
+	if f == "pause" {
+		return "#e53935"
+	}
+	return "#1e88e5"
+}
+
+// Plot geometry.
+const (
+	chartWidth = 1000
+	padLeft    = 70
+	padRight   = 16
+	padTop     = 34
+	padBottom  = 30
+)
+
+// xAxis maps run time onto the plot's width.
+type xAxis struct {
+	t0, t1 int64
+	x0, x1 float64
+	tf     timeFmt
+}
+
+func newXAxis(t0, t1 int64, tf timeFmt) xAxis {
+	if t1 <= t0 {
+		t1 = t0 + 1
+	}
+	return xAxis{t0: t0, t1: t1, x0: padLeft, x1: chartWidth - padRight, tf: tf}
+}
+
+func (a xAxis) x(t int64) float64 {
+	t = min(max(t, a.t0), a.t1)
+	return a.x0 + (a.x1-a.x0)*float64(t-a.t0)/float64(a.t1-a.t0)
+}
+
+// ticks are round times across the axis, with labels.
+func (a xAxis) ticks() []int64 {
+	span := float64(a.t1 - a.t0)
+	step := niceStep(span / 10)
+	first := math.Ceil(float64(a.t0)/step) * step
+	var out []int64
+	for t := first; t <= float64(a.t1); t += step {
+		out = append(out, int64(t))
+	}
+	return out
+}
+
+func (a xAxis) label(t int64) string {
+	if a.tf.div == 1 {
+		return strconv.FormatInt(t, 10) + " ns"
+	}
+	v := float64(t) / a.tf.div
+	prec := 0
+	if step := niceStep(float64(a.t1-a.t0)/10) / a.tf.div; step < 1 {
+		prec = int(math.Ceil(-math.Log10(step)))
+	}
+	return strconv.FormatFloat(v, 'f', prec, 64) + " " + a.tf.unit
+}
+
+// niceStep rounds v up to 1, 2 or 5 times a power of ten.
+func niceStep(v float64) float64 {
+	if v <= 0 {
+		return 1
+	}
+	p := math.Pow(10, math.Floor(math.Log10(v)))
+	for _, m := range []float64{1, 2, 5, 10} {
+		if m*p >= v {
+			return m * p
+		}
+	}
+	return 10 * p
+}
+
+// frame draws the x grid, the fault bands and their labels for a plot area
+// from y0 to y1.
+func (c *chart) frame(ax xAxis, y0, y1 float64, faults []checkers.Window) {
+	for _, t := range ax.ticks() {
+		x := num(ax.x(t))
+		c.Grid = append(c.Grid, svgLine{X1: x, Y1: num(y0), X2: x, Y2: num(y1), Class: "grid"})
+		c.Texts = append(c.Texts, svgText{X: x, Y: num(y1 + 16), Text: ax.label(t), Anchor: "middle", Class: "tick"})
+	}
+	c.Lines = append(c.Lines, svgLine{X1: num(ax.x0), Y1: num(y1), X2: num(ax.x1), Y2: num(y1), Class: "axis"})
+	var rowEnd [2]float64
+	for _, w := range faults {
+		if w.End < ax.t0 || w.Start > ax.t1 {
+			continue
+		}
+		x0, x1 := ax.x(w.Start), ax.x(w.End)
+		label := faultLabel(w)
+		c.Bands = append(c.Bands, svgRect{
+			X: num(x0), Y: num(y0), W: num(max(x1-x0, 1.5)), H: num(y1 - y0), Fill: faultColor(w.F), Class: "fault",
+			Title: fmt.Sprintf("%s: %s", label, ax.tf.span(w.Start, w.End)),
+		})
+		// Labels go in one of two rows above the plot, wherever they fit.
+		width := float64(len(label))*6.2 + 6
+		row := 0
+		if x0 < rowEnd[0] {
+			row = 1
+		}
+		if x0 >= rowEnd[row] || row == 1 {
+			rowEnd[row] = x0 + width
+			c.Texts = append(c.Texts, svgText{X: num(x0 + 2), Y: num(y0 - 18 + float64(row)*11), Text: label, Class: "flabel"})
+		}
+	}
+}
+
+func faultLabel(w checkers.Window) string {
+	if len(w.Targets) == 0 {
+		return w.F
+	}
+	return w.F + " " + strings.Join(w.Targets, ",")
+}
+
+// latencyChart plots each critical section's latency (completion minus
+// invocation) against its invocation time, per outcome, on a log scale:
+// in each time bucket the range (min to max) as a line and the median as
+// a dot.
+func latencyChart(ops []history.Op, ax xAxis, faults []checkers.Window) chart {
+	const buckets = 200
+	h := 240
+	y0, y1 := float64(padTop), float64(h-padBottom)
+	c := chart{ID: "latency", Title: "Latency over time", Width: chartWidth, Height: h,
+		Desc: "Latency of each critical section by invocation time, per outcome, log scale; fault windows shaded."}
+	type cell struct{ lat []int64 }
+	cells := map[history.Type][]cell{}
+	for _, o := range outcomes {
+		cells[o] = make([]cell, buckets)
+	}
+	lo, hi := int64(math.MaxInt64), int64(0)
+	n := 0
+	for _, op := range ops {
+		if op.Invoke.F != history.FCriticalSection || op.Complete == nil {
+			continue
+		}
+		lat := max(op.Complete.Time-op.Invoke.Time, 1)
+		b := bucketOf(op.Invoke.Time, ax, buckets)
+		cs := cells[op.Complete.Type]
+		if cs == nil {
+			continue
+		}
+		cs[b].lat = append(cs[b].lat, lat)
+		lo, hi = min(lo, lat), max(hi, lat)
+		n++
+	}
+	if n == 0 {
+		c.Note = "No completed critical sections."
+		c.frame(ax, y0, y1, faults)
+		return c
+	}
+	dlo := math.Floor(math.Log10(float64(lo)))
+	dhi := math.Ceil(math.Log10(float64(hi)))
+	if dhi <= dlo {
+		dhi = dlo + 1
+	}
+	y := func(v int64) float64 {
+		return y1 - (y1-y0)*(math.Log10(float64(max(v, 1)))-dlo)/(dhi-dlo)
+	}
+	for d := dlo; d <= dhi; d++ {
+		yy := num(y(int64(math.Pow(10, d))))
+		c.Grid = append(c.Grid, svgLine{X1: num(ax.x0), Y1: yy, X2: num(ax.x1), Y2: yy, Class: "grid"})
+		c.Texts = append(c.Texts, svgText{X: num(ax.x0 - 6), Y: yy, Text: dur(time.Duration(math.Pow(10, d))), Anchor: "end", Class: "tick ymid"})
+	}
+	c.frame(ax, y0, y1, faults)
+	width := (ax.x1 - ax.x0) / buckets
+	for _, o := range outcomes {
+		count := 0
+		for b, cl := range cells[o] {
+			if len(cl.lat) == 0 {
+				continue
+			}
+			count += len(cl.lat)
+			slices.Sort(cl.lat)
+			x := num(ax.x0 + width*(float64(b)+0.5))
+			mn, md, mx := cl.lat[0], cl.lat[len(cl.lat)/2], cl.lat[len(cl.lat)-1]
+			title := fmt.Sprintf("%s: %d ops, median %s, max %s", o, len(cl.lat), dur(time.Duration(md)), dur(time.Duration(mx)))
+			if mx > mn {
+				c.Lines = append(c.Lines, svgLine{X1: x, Y1: num(y(mn)), X2: x, Y2: num(y(mx)), Stroke: outcomeColor[o], Class: "range", Title: title})
+			}
+			c.Dots = append(c.Dots, svgDot{CX: x, CY: num(y(md)), R: "2.2", Fill: outcomeColor[o], Title: title})
+		}
+		c.Legend = append(c.Legend, legendItem{Color: outcomeColor[o], Label: fmt.Sprintf("%s (%d)", o, count)})
+	}
+	c.Legend = append(c.Legend, faultLegend(faults)...)
+	c.Note = fmt.Sprintf("%d critical sections in %d time buckets of %s: dot = median, line = min to max.", n, buckets, dur(time.Duration((ax.t1-ax.t0)/buckets)))
+	return c
+}
+
+func faultLegend(faults []checkers.Window) []legendItem {
+	seen := map[string]bool{}
+	var out []legendItem
+	for _, w := range faults {
+		if !seen[w.F] {
+			seen[w.F] = true
+			out = append(out, legendItem{Color: faultColor(w.F), Label: w.F + " (fault)", Class: "band"})
+		}
+	}
+	return out
+}
+
+func bucketOf(t int64, ax xAxis, buckets int) int {
+	b := int(float64(t-ax.t0) / float64(ax.t1-ax.t0) * float64(buckets))
+	return min(max(b, 0), buckets-1)
+}
+
+// throughputChart plots completed critical sections per second by
+// completion time, per outcome.
+func throughputChart(ops []history.Op, ax xAxis, faults []checkers.Window) chart {
+	h := 220
+	y0, y1 := float64(padTop), float64(h-padBottom)
+	c := chart{ID: "throughput", Title: "Throughput over time", Width: chartWidth, Height: h,
+		Desc: "Completed critical sections per second, per outcome; fault windows shaded."}
+	span := ax.t1 - ax.t0
+	width := int64(niceStep(float64(span) / 100))
+	width = max(width, 1)
+	buckets := int(span/width) + 1
+	counts := map[history.Type][]int{}
+	for _, o := range outcomes {
+		counts[o] = make([]int, buckets)
+	}
+	for _, op := range ops {
+		if op.Invoke.F != history.FCriticalSection || op.Complete == nil || op.Complete.Time < ax.t0 {
+			continue
+		}
+		b := min(int((op.Complete.Time-ax.t0)/width), buckets-1)
+		if cs := counts[op.Complete.Type]; cs != nil {
+			cs[b]++
+		}
+	}
+	perSec := float64(time.Second) / float64(width)
+	peak := 0.0
+	for _, o := range outcomes {
+		for _, n := range counts[o] {
+			peak = max(peak, float64(n)*perSec)
+		}
+	}
+	top := niceStep(max(peak, 1) / 4)
+	ymax := math.Ceil(max(peak, 1)/top) * top
+	y := func(v float64) float64 { return y1 - (y1-y0)*v/ymax }
+	for v := 0.0; v <= ymax+top/2; v += top {
+		yy := num(y(v))
+		c.Grid = append(c.Grid, svgLine{X1: num(ax.x0), Y1: yy, X2: num(ax.x1), Y2: yy, Class: "grid"})
+		c.Texts = append(c.Texts, svgText{X: num(ax.x0 - 6), Y: yy, Text: trimFloat(v, 1) + "/s", Anchor: "end", Class: "tick ymid"})
+	}
+	c.frame(ax, y0, y1, faults)
+	for _, o := range outcomes {
+		var pts strings.Builder
+		total := 0
+		for b, n := range counts[o] {
+			total += n
+			xa := ax.x(ax.t0 + int64(b)*width)
+			xb := ax.x(ax.t0 + int64(b+1)*width)
+			yy := num(y(float64(n) * perSec))
+			fmt.Fprintf(&pts, "%s,%s %s,%s ", num(xa), yy, num(xb), yy)
+		}
+		if total == 0 {
+			continue
+		}
+		c.Polys = append(c.Polys, svgPoly{Points: strings.TrimSpace(pts.String()), Stroke: outcomeColor[o], Class: "series",
+			Title: fmt.Sprintf("%s: %d completions", o, total)})
+		c.Legend = append(c.Legend, legendItem{Color: outcomeColor[o], Label: fmt.Sprintf("%s (%d)", o, total)})
+	}
+	c.Legend = append(c.Legend, faultLegend(faults)...)
+	c.Note = fmt.Sprintf("Completions per %s bucket, as operations per second.", dur(time.Duration(width)))
+	return c
+}
+
+// naturalLess orders client names c2 before c10.
+func naturalLess(a, b string) bool {
+	ta, na := splitNum(a)
+	tb, nb := splitNum(b)
+	if ta != tb {
+		return ta < tb
+	}
+	if na != nb {
+		return na < nb
+	}
+	return a < b
+}
+
+func splitNum(s string) (string, int) {
+	i := len(s)
+	for i > 0 && s[i-1] >= '0' && s[i-1] <= '9' {
+		i--
+	}
+	n, err := strconv.Atoi(s[i:])
+	if err != nil {
+		return s, -1
+	}
+	return s[:i], n
+}
+
+// maxDrawnHolds is the number of holds drawn one by one; beyond it
+// adjacent holds of a client closer than a pixel are merged.
+const maxDrawnHolds = 3000
+
+// timelineChart draws each client's critical sections as bars on its own
+// row (who held which key with which token when), marks each write, shades
+// the client's own pauses and highlights overlapping holds.
+func timelineChart(holds []checkers.Hold, ax xAxis, faults []checkers.Window, late map[int64]bool) (chart, int) {
+	var clients []string
+	seen := map[string]bool{}
+	for _, h := range holds {
+		if !seen[h.Client] {
+			seen[h.Client] = true
+			clients = append(clients, h.Client)
+		}
+	}
+	sort.Slice(clients, func(i, j int) bool { return naturalLess(clients[i], clients[j]) })
+	row := map[string]int{}
+	for i, c := range clients {
+		row[c] = i
+	}
+	const rowH, gap = 18.0, 6.0
+	y0 := float64(padTop)
+	y1 := y0 + float64(len(clients))*(rowH+gap)
+	c := chart{ID: "timeline", Title: "Critical sections per client", Width: chartWidth, Height: int(y1) + padBottom,
+		Desc: "One row per client; each bar is a hold of a key's lock, labelled with its token; overlapping holds outlined in red."}
+	c.frame(ax, y0, y1, faults)
+	ry := func(client string) float64 { return y0 + float64(row[client])*(rowH+gap) + gap/2 }
+	for _, cl := range clients {
+		c.Texts = append(c.Texts, svgText{X: num(ax.x0 - 6), Y: num(ry(cl) + rowH/2), Text: cl, Anchor: "end", Class: "rowlabel ymid"})
+	}
+	// The client's own pauses, on its row.
+	for _, w := range faults {
+		for _, t := range w.Targets {
+			if _, ok := row[t]; ok && w.F == "pause" {
+				x0, x1 := ax.x(w.Start), ax.x(w.End)
+				c.Rects = append(c.Rects, svgRect{X: num(x0), Y: num(ry(t) - gap/2 + 1), W: num(max(x1-x0, 1)), H: num(rowH + gap - 2), Class: "paused",
+					Title: fmt.Sprintf("%s paused %s", t, ax.tf.span(w.Start, w.End))})
+			}
+		}
+	}
+	keys := map[string]string{}
+	var keyNames []string
+	for _, h := range holds {
+		if _, ok := keys[h.Key]; !ok {
+			keys[h.Key] = ""
+			keyNames = append(keyNames, h.Key)
+		}
+	}
+	sort.Slice(keyNames, func(i, j int) bool { return naturalLess(keyNames[i], keyNames[j]) })
+	for i, k := range keyNames {
+		keys[k] = keyColors[i%len(keyColors)]
+		c.Legend = append(c.Legend, legendItem{Color: keys[k], Label: "key " + k})
+	}
+	overlapped, pairs := overlaps(holds)
+	merge := len(holds) > maxDrawnHolds
+	drawn, merged := 0, 0
+	type bar struct {
+		x0, x1 float64
+		end    int64
+		n      int
+		key    string
+		first  checkers.Hold
+	}
+	flush := func(b *bar) {
+		if b == nil || b.n == 0 {
+			return
+		}
+		y := ry(b.first.Client)
+		if b.n > 1 {
+			fill := keys[b.key]
+			if b.key == "" {
+				fill = "#90a4ae"
+			}
+			merged += b.n
+			c.Rects = append(c.Rects, svgRect{X: num(b.x0), Y: num(y), W: num(max(b.x1-b.x0, 1)), H: num(rowH), Fill: fill, Class: "hold merged",
+				Title: fmt.Sprintf("%s: %d holds merged, %s", b.first.Client, b.n, ax.tf.span(b.first.Start, b.end))})
+			return
+		}
+		c.holdBar(b.first, ax, y, rowH, keys[b.first.Key], overlapped[b.first.ID], late[b.first.ID])
+		drawn++
+	}
+	cur := map[string]*bar{}
+	sorted := slices.Clone(holds)
+	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Start < sorted[j].Start })
+	for _, h := range sorted {
+		x0, x1 := ax.x(h.Start), ax.x(h.End)
+		if !merge || overlapped[h.ID] || late[h.ID] {
+			c.holdBar(h, ax, ry(h.Client), rowH, keys[h.Key], overlapped[h.ID], late[h.ID])
+			drawn++
+			continue
+		}
+		b := cur[h.Client]
+		if b != nil && x0-b.x1 < 1 {
+			b.x1, b.end = max(b.x1, x1), max(b.end, h.End)
+			b.n++
+			if b.key != h.Key {
+				b.key = ""
+			}
+			continue
+		}
+		flush(b)
+		cur[h.Client] = &bar{x0: x0, x1: x1, end: h.End, n: 1, key: h.Key, first: h}
+	}
+	for _, cl := range clients {
+		flush(cur[cl])
+	}
+	// Each overlap, on both rows.
+	shown := 0
+	for _, p := range pairs {
+		if shown >= 2000 {
+			break
+		}
+		shown++
+		s, e := p.Second.Start, min(p.First.End, p.Second.End)
+		for _, h := range []checkers.Hold{p.First, p.Second} {
+			c.Rects = append(c.Rects, svgRect{X: num(ax.x(s)), Y: num(ry(h.Client) + rowH - 4), W: num(max(ax.x(e)-ax.x(s), 1.5)), H: "4", Class: "ovl",
+				Title: fmt.Sprintf("overlap on %s: %s (token %d) and %s (token %d) both held it %s", p.Key, p.First.Client, p.First.Token, p.Second.Client, p.Second.Token, ax.tf.span(s, e))})
+		}
+	}
+	c.Legend = append(c.Legend, legendItem{Color: "#d32f2f", Label: "overlapping hold", Class: "outline"},
+		legendItem{Color: "#000", Label: "write sent", Class: "tick"},
+		legendItem{Color: "#d32f2f", Label: "write refused (stale token)", Class: "tick"})
+	c.Legend = append(c.Legend, faultLegend(faults)...)
+	if merged > 0 {
+		c.Note = fmt.Sprintf("%d holds drawn one by one (all overlapping ones among them); %d shorter than a pixel merged into grey-labelled bars.", drawn, merged)
+	}
+	return c, len(pairs)
+}
+
+func (c *chart) holdBar(h checkers.Hold, ax xAxis, y, rowH float64, fill string, overlap, late bool) {
+	x0, x1 := ax.x(h.Start), ax.x(h.End)
+	w := max(x1-x0, 1)
+	class := "hold"
+	if overlap {
+		class += " overlap"
+	}
+	title := fmt.Sprintf("%s held %s %s (op %d, %s", h.Client, h.Key, ax.tf.span(h.Start, h.End), h.ID, h.Outcome)
+	if h.Token != 0 {
+		title = fmt.Sprintf("%s held %s with token %d %s (op %d, %s", h.Client, h.Key, h.Token, ax.tf.span(h.Start, h.End), h.ID, h.Outcome)
+	}
+	if h.Error != "" {
+		title += " " + h.Error
+	}
+	title += ")"
+	if h.WriteAt > 0 {
+		title += "; write sent at " + ax.tf.at(h.WriteAt)
+	}
+	c.Rects = append(c.Rects, svgRect{X: num(x0), Y: num(y), W: num(w), H: num(rowH), Fill: fill, Class: class, Title: title})
+	if label := strconv.FormatUint(h.Token, 10); h.Token != 0 && w >= float64(len(label))*6+4 {
+		c.Texts = append(c.Texts, svgText{X: num(x0 + w/2), Y: num(y + rowH/2), Text: label, Anchor: "middle", Class: "barlabel ymid"})
+	}
+	if h.WriteAt > 0 {
+		stroke, cls := "#000", "wtick"
+		switch {
+		case h.Error == history.ErrStaleToken:
+			stroke, cls = "#d32f2f", "wtick refused"
+		case late:
+			stroke, cls = "#d32f2f", "wtick late"
+		}
+		x := num(ax.x(h.WriteAt))
+		c.Lines = append(c.Lines, svgLine{X1: x, Y1: num(y - 2), X2: x, Y2: num(y + rowH + 2), Stroke: stroke, Class: cls, Title: "write sent at " + ax.tf.at(h.WriteAt)})
+	}
+}
+
+// overlaps finds every pair of holds of one key that overlap in time.
+func overlaps(holds []checkers.Hold) (map[int64]bool, []checkers.Overlap) {
+	byKey := map[string][]checkers.Hold{}
+	for _, h := range holds {
+		byKey[h.Key] = append(byKey[h.Key], h)
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	marked := map[int64]bool{}
+	var pairs []checkers.Overlap
+	for _, k := range keys {
+		hs := byKey[k]
+		sort.SliceStable(hs, func(i, j int) bool { return hs[i].Start < hs[j].Start })
+		var open []checkers.Hold
+		for _, h := range hs {
+			open = slices.DeleteFunc(open, func(o checkers.Hold) bool { return o.End <= h.Start })
+			for _, o := range open {
+				marked[o.ID], marked[h.ID] = true, true
+				pairs = append(pairs, checkers.Overlap{Key: k, First: o, Second: h, Duration: time.Duration(min(o.End, h.End) - h.Start)})
+			}
+			open = append(open, h)
+		}
+	}
+	slices.SortStableFunc(pairs, func(a, b checkers.Overlap) int { return cmp.Compare(a.Second.Start, b.Second.Start) })
+	return marked, pairs
+}
+
+// windowChart draws an anomaly's window: one row per operation, the
+// invocation-to-completion span thin, the hold thick in the colour of the
+// operation's role, its write as a tick.
+func windowChart(id string, w *Window, faults []checkers.Window, tf timeFmt) chart {
+	const rowH, gap = 14.0, 6.0
+	const maxRows = 60
+	ops := w.Ops
+	note := ""
+	if len(ops) > maxRows {
+		note = fmt.Sprintf("First %d of %d operations shown; the table lists all.", maxRows, len(ops))
+		ops = ops[:maxRows]
+	}
+	end := w.End
+	for _, o := range ops {
+		end = max(end, o.Released, o.WriteAt)
+	}
+	pad := max((end-w.Start)/40, 1)
+	ax := newXAxis(w.Start-pad, end+pad, tf)
+	ax.x0 = 150
+	y0 := float64(padTop)
+	y1 := y0 + float64(len(ops))*(rowH+gap)
+	c := chart{ID: id, Title: "Window", Width: chartWidth, Height: int(y1) + padBottom, Note: note,
+		Desc: "The operations of the anomaly's window, one per row: thin line from invocation to completion, bar for the hold, tick for the write."}
+	var fs []checkers.Window
+	for _, f := range faults {
+		if f.End >= ax.t0 && f.Start <= ax.t1 {
+			fs = append(fs, f)
+		}
+	}
+	c.frame(ax, y0, y1, fs)
+	for i, o := range ops {
+		y := y0 + float64(i)*(rowH+gap) + gap/2
+		mid := num(y + rowH/2)
+		color := roleColor[o.Role]
+		label := o.Client
+		if o.Token != 0 {
+			label += " token " + strconv.FormatUint(o.Token, 10)
+		}
+		if o.F == history.FRead {
+			label += " read"
+		}
+		c.Texts = append(c.Texts, svgText{X: num(ax.x0 - 6), Y: mid, Text: label, Anchor: "end", Class: "rowlabel ymid"})
+		endT := o.Complete
+		if endT == 0 {
+			endT = ax.t1
+		}
+		title := opTitle(o, tf)
+		c.Lines = append(c.Lines, svgLine{X1: num(ax.x(o.Invoke)), Y1: mid, X2: num(ax.x(endT)), Y2: mid, Stroke: color, Class: "span", Title: title})
+		if o.Acquired > 0 {
+			rel := o.Released
+			if rel == 0 {
+				rel = endT
+			}
+			x0, x1 := ax.x(o.Acquired), ax.x(rel)
+			c.Rects = append(c.Rects, svgRect{X: num(x0), Y: num(y + 2), W: num(max(x1-x0, 1.5)), H: num(rowH - 4), Fill: color, Class: "hold", Title: title})
+		}
+		if o.WriteAt > 0 {
+			x := num(ax.x(o.WriteAt))
+			c.Lines = append(c.Lines, svgLine{X1: x, Y1: num(y - 1), X2: x, Y2: num(y + rowH + 1), Stroke: "#000", Class: "wtick", Title: "write sent at " + tf.at(o.WriteAt)})
+		}
+		what := opWhat(o)
+		c.Texts = append(c.Texts, svgText{X: num(min(ax.x(endT)+4, ax.x1-4)), Y: mid, Text: what, Anchor: anchorFor(ax.x(endT), ax.x1), Class: "oplabel ymid"})
+	}
+	for _, r := range []string{RoleLate, RoleLost, RoleNewer, RoleOverwriter, RoleFinal, ""} {
+		for _, o := range ops {
+			if o.Role == r {
+				name := r
+				if name == "" {
+					name = "other"
+				}
+				c.Legend = append(c.Legend, legendItem{Color: roleColor[r], Label: name})
+				break
+			}
+		}
+	}
+	return c
+}
+
+func anchorFor(x, right float64) string {
+	if x+4 > right-120 {
+		return "end"
+	}
+	return "start"
+}
+
+// opWhat is "read 41, wrote 42" or "read 41, refused (stale-token)".
+func opWhat(o Op) string {
+	var parts []string
+	if o.Read != nil {
+		parts = append(parts, fmt.Sprintf("read %d", o.Read.Value))
+	}
+	if o.Write != nil && o.F == history.FCriticalSection {
+		switch o.Outcome {
+		case history.OK:
+			parts = append(parts, fmt.Sprintf("wrote %d", o.Write.Value))
+		case history.Info:
+			parts = append(parts, fmt.Sprintf("wrote %d?", o.Write.Value))
+		default:
+			parts = append(parts, fmt.Sprintf("write of %d refused", o.Write.Value))
+		}
+	}
+	if o.Error != "" {
+		parts = append(parts, o.Error)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func opTitle(o Op, tf timeFmt) string {
+	s := fmt.Sprintf("op %d %s %s %s", o.ID, o.Client, o.F, o.Key)
+	if o.Token != 0 {
+		s += fmt.Sprintf(" token %d", o.Token)
+	}
+	s += ": " + opWhat(o) + "; invoked " + tf.at(o.Invoke)
+	if o.Acquired > 0 {
+		s += ", acquired " + tf.at(o.Acquired)
+	}
+	if o.WriteAt > 0 {
+		s += ", write sent " + tf.at(o.WriteAt)
+	}
+	if o.Released > 0 {
+		s += ", released " + tf.at(o.Released)
+	}
+	if o.Complete > 0 {
+		s += ", " + string(o.Outcome) + " " + tf.at(o.Complete)
+	}
+	return s
+}

@@ -1,0 +1,476 @@
+// Package report turns a run directory into pages people read: report.html
+// (the verdict, plain-words explanations of every anomaly with the smallest
+// window of the history that shows it, latency and throughput plots with
+// the fault windows shaded, a per-client timeline of critical sections and
+// the lock metrics), a small HTTP server that lists and compares runs, and
+// a live progress line for terminals.
+//
+// Pages are self-contained: inline CSS and SVG drawn here, no script, so a
+// report works from file:// and under a strict content security policy.
+// Everything is written through html/template.
+package report
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+//go:embed templates/*.tmpl
+var templateFS embed.FS
+
+var templates = template.Must(template.New("").Funcs(template.FuncMap{
+	"dur":     func(d time.Duration) string { return dur(d) },
+	"verdict": func(v checkers.Verdict) string { return v.String() },
+	"date":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+	"ops":     func(v float64) string { return trimFloat(v, 1) },
+}).ParseFS(templateFS, "templates/*.tmpl"))
+
+// maxAnomalies is the number of anomalies shown in full in a report.
+const maxAnomalies = 30
+
+// Write renders dir's report (from its results.json and history.jsonl) to
+// dir/report.html, replacing any previous one atomically.
+func Write(dir string) error {
+	var buf bytes.Buffer
+	if err := Render(&buf, dir); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".report-*.html")
+	if err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	_, werr := f.Write(buf.Bytes())
+	cerr := f.Close()
+	if err := errors.Join(werr, cerr); err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("write report %s: %w", f.Name(), err)
+	}
+	if err := os.Chmod(f.Name(), 0o644); err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("write report: %w", err)
+	}
+	if err := os.Rename(f.Name(), filepath.Join(dir, ReportFile)); err != nil {
+		os.Remove(f.Name())
+		return fmt.Errorf("write report: %w", err)
+	}
+	return nil
+}
+
+// Render writes dir's report to w.
+func Render(w io.Writer, dir string) error {
+	run, err := LoadRun(dir)
+	if err != nil {
+		return err
+	}
+	events, _, err := history.ReadFile(filepath.Join(dir, HistoryFile))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("report of %s: %w", dir, err)
+	}
+	page := buildPage(dir, run, events, err != nil)
+	if err := templates.ExecuteTemplate(w, "report", page); err != nil {
+		return fmt.Errorf("render report of %s: %w", dir, err)
+	}
+	return nil
+}
+
+// kv is a row of a two-column table.
+type kv struct{ K, V string }
+
+// link is a file of the run directory.
+type link struct {
+	Href, Label, Note string
+}
+
+type anomalyView struct {
+	N       int
+	Anomaly Anomaly
+	Chart   *chart
+	Rows    []opRow
+	Faults  []string
+}
+
+type opRow struct {
+	Op                                 Op
+	Role                               string
+	Invoke, Acquired, WriteAt, Release string
+	Complete                           string
+	What                               string
+}
+
+type metricRow struct {
+	Name, Count, P50, P99, Max string
+}
+
+type keyRow struct {
+	Key                       string
+	Acknowledged, Observed    int
+	Final                     string
+	Lost                      int64
+	Illegal                   bool
+}
+
+type checkerRow struct {
+	Name, Verdict, Judges, Summary string
+}
+
+type reportPage struct {
+	Title        string
+	Run          *Run
+	Verdict      string
+	Headline     string
+	Facts        []kv
+	Anomalies    []anomalyView
+	More         int
+	NoHistory    bool
+	Latency      chart
+	Throughput   chart
+	Timeline     chart
+	Overlaps     int
+	Metrics      []metricRow
+	Counters     []kv
+	Checkers     []checkerRow
+	Keys         []keyRow
+	Faults       []kv
+	Options      []kv
+	Versions     []kv
+	Links        []link
+	Logs         []link
+	Errors       []string
+	Generated    string
+	RenderTook   string
+	HistoryNotes []string
+}
+
+func buildPage(dir string, run *Run, events []history.Event, noHistory bool) *reportPage {
+	start := time.Now()
+	in := checkers.NewInput(events)
+	faults := run.Faults
+	if len(faults) == 0 && len(in.Faults) > 0 {
+		faults = checkers.Windows(in.Faults)
+	}
+	tf := newTimeFmt(in.End)
+	p := &reportPage{
+		Title:     fmt.Sprintf("%s · %s · %s — %s", run.Target, run.Workload, run.Nemesis, run.Valid),
+		Run:       run,
+		Verdict:   run.Valid.String(),
+		NoHistory: noHistory,
+		Generated: time.Now().UTC().Format(time.RFC3339),
+	}
+	var illegal []string
+	if d := run.Checkers.Linearizable.Details; d != nil {
+		illegal = d.IllegalKeys
+	}
+	anomalies := Explain(events, ExplainOptions{LeaseTTL: run.LeaseTTL(), IllegalKeys: illegal})
+	p.Headline = headline(run, anomalies)
+	p.Facts = facts(run, len(faults))
+	late := map[int64]bool{}
+	for i, a := range anomalies {
+		if a.Late != nil {
+			late[a.Late.ID] = true
+		}
+		if i >= maxAnomalies {
+			p.More++
+			continue
+		}
+		v := anomalyView{N: i + 1, Anomaly: a}
+		if a.Window != nil && len(a.Window.Ops) > 0 {
+			c := windowChart(fmt.Sprintf("window-%d", i+1), a.Window, faults, tf)
+			v.Chart = &c
+			for _, o := range a.Window.Ops {
+				v.Rows = append(v.Rows, row(o, tf))
+			}
+		}
+		for _, f := range a.Faults {
+			v.Faults = append(v.Faults, fmt.Sprintf("%s (%s) %s", faultLabel(f), f.Detail, tf.span(f.Start, f.End)))
+		}
+		p.Anomalies = append(p.Anomalies, v)
+	}
+
+	// The plots span the operations (setup before the first is left out).
+	t0, t1 := int64(-1), in.End
+	for _, op := range in.Ops {
+		if t0 < 0 || op.Invoke.Time < t0 {
+			t0 = op.Invoke.Time
+		}
+	}
+	for _, w := range faults {
+		if t0 < 0 || w.Start < t0 {
+			t0 = w.Start
+		}
+		t1 = max(t1, w.End)
+	}
+	ax := newXAxis(max(t0, 0), t1, tf)
+	p.Latency = latencyChart(in.Ops, ax, faults)
+	p.Throughput = throughputChart(in.Ops, ax, faults)
+	p.Timeline, p.Overlaps = timelineChart(checkers.Holds(in), ax, faults, late)
+
+	m := run.Metrics
+	p.Metrics = []metricRow{distRow("lock wait (acquire)", m.LockWait), distRow("hold time", m.Hold)}
+	p.Counters = []kv{
+		{"renew failures", strconv.Itoa(m.RenewFailures)},
+		{"fencing rejections (late writes stopped)", strconv.Itoa(m.FencingRejections)},
+		{"acquire failed: busy (held by another)", strconv.Itoa(m.Busy)},
+		{"acquire failed: lock service unavailable", strconv.Itoa(m.Unavailable)},
+		{"critical sections per second", trimFloat(m.OpsPerSecond, 1)},
+	}
+	p.Checkers, p.Keys = checkerRows(run)
+	for _, w := range faults {
+		p.Faults = append(p.Faults, kv{faultLabel(w), fmt.Sprintf("%s %s (%s)", w.Detail, tf.span(w.Start, w.End), dur(time.Duration(w.End-w.Start)))})
+	}
+	p.Options = optionRows(run)
+	p.Versions = versionRows(run)
+	p.Links, p.Logs = links(dir)
+	p.Errors = run.Errors
+	if run.History.TornTail {
+		p.HistoryNotes = append(p.HistoryNotes, fmt.Sprintf("The history's last line was torn (%d bytes dropped), as after a crash.", run.History.TornBytes))
+	}
+	p.RenderTook = dur(time.Since(start).Round(time.Millisecond))
+	return p
+}
+
+func headline(run *Run, as []Anomaly) string {
+	lost := run.LostUpdates()
+	switch run.Valid {
+	case checkers.Valid:
+		s := "No anomaly: every acknowledged increment is in the final values and the history is linearizable."
+		if m := run.Metrics; m.FencingRejections > 0 {
+			s += fmt.Sprintf(" The store refused %s: fencing stopped each one.", plural(m.FencingRejections, "late write"))
+		}
+		return s
+	case checkers.Invalid:
+		var parts []string
+		if lost > 0 {
+			parts = append(parts, plural(int(lost), "lost update"))
+		}
+		if d := run.Checkers.Linearizable.Details; d != nil && len(d.IllegalKeys) > 0 {
+			parts = append(parts, "not linearizable on "+list(d.IllegalKeys))
+		}
+		if len(as) > 0 {
+			parts = append(parts, plural(len(as), "anomaly")+" explained below")
+		}
+		if len(parts) == 0 {
+			return "Invalid."
+		}
+		s := strings.Join(parts, "; ")
+		return strings.ToUpper(s[:1]) + s[1:] + "."
+	default:
+		s := "Unknown: the checkers could not decide (a timeout, missing final reads or an aborted run) — never a pass."
+		if d := run.Checkers.Summary.Details; d != nil && len(d.MissingFinalReads) > 0 {
+			s += " Missing final reads: " + list(d.MissingFinalReads) + "."
+		}
+		return s
+	}
+}
+
+func facts(run *Run, faults int) []kv {
+	out := []kv{
+		{"target", run.Target}, {"workload", run.Workload}, {"nemesis", run.Nemesis},
+		{"seed", strconv.FormatUint(run.Seed, 10)},
+		{"started", run.Started.UTC().Format("2006-01-02 15:04:05Z")},
+		{"duration", dur(run.Duration.Round(time.Millisecond))},
+	}
+	if d := run.Checkers.Summary.Details; d != nil {
+		out = append(out, kv{"critical sections", fmt.Sprintf("%d (%d ok, %d fail, %d info)", d.Ops, d.OK, d.Fail, d.Info)},
+			kv{"lost updates", strconv.FormatInt(d.LostUpdates, 10)})
+	}
+	out = append(out, kv{"fencing rejections", strconv.Itoa(run.Metrics.FencingRejections)},
+		kv{"overlapping holds", strconv.Itoa(run.Overlaps())}, kv{"faults", strconv.Itoa(faults)})
+	return out
+}
+
+func distRow(name string, d Distribution) metricRow {
+	if d.Count == 0 {
+		return metricRow{Name: name, Count: "0", P50: "–", P99: "–", Max: "–"}
+	}
+	return metricRow{Name: name, Count: strconv.Itoa(d.Count), P50: dur(d.P50), P99: dur(d.P99), Max: dur(d.Max)}
+}
+
+func row(o Op, tf timeFmt) opRow {
+	t := func(v int64) string {
+		if v == 0 {
+			return "–"
+		}
+		return tf.at(v)
+	}
+	r := opRow{Op: o, Role: o.Role, Invoke: t(o.Invoke), Acquired: t(o.Acquired), WriteAt: t(o.WriteAt), Release: t(o.Released), Complete: t(o.Complete), What: opWhat(o)}
+	if r.Role == "" {
+		r.Role = "–"
+	}
+	return r
+}
+
+func checkerRows(run *Run) ([]checkerRow, []keyRow) {
+	c := run.Checkers
+	judges := func(b bool) string {
+		if b {
+			return "judges"
+		}
+		return "reports"
+	}
+	var rows []checkerRow
+	var keys []keyRow
+	if d := c.Linearizable.Details; d != nil {
+		s := fmt.Sprintf("%d operations checked on %d keys in %s; unknown writes dropped %d, kept %d", d.Checked, d.Keys, dur(d.Duration), d.DroppedUnknown, d.KeptUnknown)
+		if len(d.IllegalKeys) > 0 {
+			s += "; illegal: " + strings.Join(d.IllegalKeys, ", ")
+		}
+		if len(d.UnknownKeys) > 0 {
+			s += "; undecided: " + strings.Join(d.UnknownKeys, ", ")
+		}
+		rows = append(rows, checkerRow{"linearizable", c.Linearizable.Verdict.String(), judges(c.Linearizable.Judges), s})
+	}
+	if d := c.Summary.Details; d != nil {
+		var errs []string
+		for k, n := range d.Errors {
+			errs = append(errs, fmt.Sprintf("%s %d", k, n))
+		}
+		sort.Strings(errs)
+		s := fmt.Sprintf("%d critical sections: %d ok, %d fail, %d info; lost updates %d; rejections %d", d.Ops, d.OK, d.Fail, d.Info, d.LostUpdates, d.Rejections)
+		if len(errs) > 0 {
+			s += "; errors: " + strings.Join(errs, ", ")
+		}
+		rows = append(rows, checkerRow{"summary", c.Summary.Verdict.String(), judges(c.Summary.Judges), s})
+		var illegal []string
+		if l := c.Linearizable.Details; l != nil {
+			illegal = l.IllegalKeys
+		}
+		for k, ks := range d.Keys {
+			r := keyRow{Key: k, Acknowledged: ks.Acknowledged, Observed: ks.ObservedUnknown, Final: "missing", Lost: ks.Lost}
+			if ks.Final != nil {
+				r.Final = strconv.FormatInt(*ks.Final, 10)
+			}
+			for _, ik := range illegal {
+				r.Illegal = r.Illegal || ik == k
+			}
+			keys = append(keys, r)
+		}
+		sort.Slice(keys, func(i, j int) bool { return naturalLess(keys[i].Key, keys[j].Key) })
+	}
+	if d := c.Mutex.Details; d != nil {
+		rows = append(rows, checkerRow{"mutex", c.Mutex.Verdict.String(), judges(c.Mutex.Judges),
+			fmt.Sprintf("%d holds, %d overlapping pairs, longest overlap %s", d.Holds, d.Overlaps, dur(d.Longest))})
+	}
+	if d := c.Fencing.Details; d != nil {
+		rows = append(rows, checkerRow{"fencing", c.Fencing.Verdict.String(), judges(c.Fencing.Judges),
+			fmt.Sprintf("%d late writes: %d accepted, %d refused; %d rejections; %d non-monotonic tokens", d.LateWrites, d.LateAccepted, d.LateRejected, d.Rejections, d.NonMonotonic)})
+	}
+	return rows, keys
+}
+
+func optionRows(run *Run) []kv {
+	names := make([]string, 0, len(run.Options))
+	for k := range run.Options {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	var out []kv
+	for _, k := range names {
+		raw := run.Options[k]
+		v := string(raw)
+		if strings.HasSuffix(k, "_ns") {
+			var n int64
+			if json.Unmarshal(raw, &n) == nil {
+				k, v = strings.TrimSuffix(k, "_ns"), dur(time.Duration(n))
+				if n == 0 {
+					v = "0 (default)"
+				}
+			}
+		} else {
+			var s string
+			if json.Unmarshal(raw, &s) == nil {
+				v = s
+			}
+		}
+		out = append(out, kv{k, v})
+	}
+	return out
+}
+
+func versionRows(run *Run) []kv {
+	var out []kv
+	add := func(prefix string, m map[string]string) {
+		names := make([]string, 0, len(m))
+		for k := range m {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		for _, k := range names {
+			out = append(out, kv{prefix + k, m[k]})
+		}
+	}
+	add("", run.Versions)
+	add("image ", run.Images)
+	add("harness ", run.Harness)
+	phases := make([]string, 0, len(run.Phases))
+	for k := range run.Phases {
+		phases = append(phases, k)
+	}
+	order := map[string]int{"setup": 0, "test": 1, "final": 2, "check": 3}
+	sort.Slice(phases, func(i, j int) bool {
+		oi, iok := order[phases[i]]
+		oj, jok := order[phases[j]]
+		if iok && jok {
+			return oi < oj
+		}
+		return iok || (!jok && phases[i] < phases[j])
+	})
+	for _, k := range phases {
+		out = append(out, kv{"phase " + k, dur(run.Phases[k].Round(time.Millisecond))})
+	}
+	return out
+}
+
+// links lists the run directory's files a reader may want.
+func links(dir string) (files, logs []link) {
+	for _, f := range []struct{ name, note string }{
+		{VisualizationFile, "Porcupine's view of the checked operations, faults as annotations"},
+		{HistoryFile, "every event, one JSON object per line"},
+		{ResultsFile, "verdict, options, checker sections, metrics"},
+		{HarnessLogFile, "the harness's log"},
+	} {
+		if st, err := os.Stat(filepath.Join(dir, f.name)); err == nil && !st.IsDir() {
+			files = append(files, link{Href: f.name, Label: f.name, Note: f.note + " (" + size(st.Size()) + ")"})
+		}
+	}
+	entries, err := os.ReadDir(filepath.Join(dir, LogsDir))
+	if err == nil {
+		for _, e := range entries {
+			if e.IsDir() || !strings.HasSuffix(e.Name(), ".log") {
+				continue
+			}
+			note := ""
+			if info, err := e.Info(); err == nil && info.Mode()&fs.ModeType == 0 {
+				note = size(info.Size())
+			}
+			logs = append(logs, link{Href: LogsDir + "/" + e.Name(), Label: strings.TrimSuffix(e.Name(), ".log"), Note: note})
+		}
+		sort.Slice(logs, func(i, j int) bool { return naturalLess(logs[i].Label, logs[j].Label) })
+	}
+	return files, logs
+}
+
+func size(n int64) string {
+	switch {
+	case n >= 1<<20:
+		return trimFloat(float64(n)/(1<<20), 1) + " MiB"
+	case n >= 1<<10:
+		return trimFloat(float64(n)/(1<<10), 1) + " KiB"
+	default:
+		return strconv.FormatInt(n, 10) + " B"
+	}
+}

@@ -1,0 +1,335 @@
+package nemesis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/splitbrain/splitbrain/harness/runtime"
+)
+
+// Chain is the iptables chain splitbrain owns in each node; every rule of
+// ours lives in it, so healing is flushing and deleting it.
+const Chain = "SPLITBRAIN"
+
+// Grudge says, for each node, the nodes whose packets it drops. A packet
+// from a to b is lost when b holds a grudge against a.
+type Grudge map[string][]string
+
+// Cut adds to g: every node of to drops packets from every node of from.
+func (g Grudge) Cut(from, to []string) {
+	for _, t := range to {
+		for _, f := range from {
+			if f != t && !slices.Contains(g[t], f) {
+				g[t] = append(g[t], f)
+			}
+		}
+	}
+}
+
+// Reaches reports whether packets from a arrive at b under g.
+func (g Grudge) Reaches(a, b string) bool { return !slices.Contains(g[b], a) }
+
+// Topology names.
+const (
+	TopoOne              = "one"
+	TopoMajority         = "majority"
+	TopoMajorityRing     = "majority-ring"
+	TopoBridge           = "bridge"
+	TopoLeader           = "leader"
+	TopoClientsFromLocks = "clients-from-locks"
+	TopoStoreFromClients = "store-from-clients"
+	// OneWay is the suffix of a topology's one-way variant: only packets
+	// from the first side to the second are dropped.
+	OneWay = "-oneway"
+)
+
+// topology builds a grudge from env; sides returns the two groups cut
+// apart (first, second) for one-way variants.
+type topology struct {
+	// minNodes is the smallest lock cluster the topology makes sense for.
+	minNodes int
+	// needsLeader says the topology needs Env.Leader.
+	needsLeader bool
+	build       func(ctx context.Context, env *Env, rng *rand.Rand) (first, second []string, err error)
+}
+
+var topologies = map[string]topology{
+	TopoOne: {minNodes: 2, build: func(_ context.Context, env *Env, rng *rand.Rand) ([]string, []string, error) {
+		names := nodeNames(env.Nodes)
+		x := names[rng.IntN(len(names))]
+		return []string{x}, without(names, x), nil
+	}},
+	TopoMajority: {minNodes: 3, build: func(_ context.Context, env *Env, rng *rand.Rand) ([]string, []string, error) {
+		names := shuffled(nodeNames(env.Nodes), rng)
+		k := (len(names) - 1) / 2
+		return names[:k], names[k:], nil
+	}},
+	TopoBridge: {minNodes: 3, build: func(_ context.Context, env *Env, rng *rand.Rand) ([]string, []string, error) {
+		names := shuffled(nodeNames(env.Nodes), rng)
+		mid := len(names) / 2
+		// The bridge, names[mid], is in neither side: it hears both.
+		return names[:mid], names[mid+1:], nil
+	}},
+	TopoLeader: {minNodes: 2, needsLeader: true, build: func(ctx context.Context, env *Env, _ *rand.Rand) ([]string, []string, error) {
+		l, err := env.Leader(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("find leader: %w", err)
+		}
+		return []string{l.Name()}, without(nodeNames(env.Nodes), l.Name()), nil
+	}},
+	TopoClientsFromLocks: {minNodes: 1, build: func(_ context.Context, env *Env, rng *rand.Rand) ([]string, []string, error) {
+		return someClients(env, rng), nodeNames(env.Nodes), nil
+	}},
+	TopoStoreFromClients: {minNodes: 1, build: func(_ context.Context, env *Env, rng *rand.Rand) ([]string, []string, error) {
+		if env.Store == nil {
+			return nil, nil, errors.New("no store node")
+		}
+		return someClients(env, rng), []string{env.Store.Name()}, nil
+	}},
+}
+
+// ringGrudge is majority-ring: nodes in a shuffled ring, each hears only
+// the ⌊n/2⌋ nodes before it, so each sees a majority (itself included) and
+// no two see the same one.
+func ringGrudge(env *Env, rng *rand.Rand) Grudge {
+	names := shuffled(nodeNames(env.Nodes), rng)
+	n, m := len(names), len(names)/2
+	g := Grudge{}
+	for i, to := range names {
+		for j := m + 1; j < n; j++ {
+			g.Cut([]string{names[(i+n-j)%n]}, []string{to})
+		}
+	}
+	return g
+}
+
+// Topologies lists every topology name, one-way variants included.
+func Topologies() []string {
+	var out []string
+	for name := range topologies {
+		out = append(out, name, name+OneWay)
+	}
+	out = append(out, TopoMajorityRing)
+	sort.Strings(out)
+	return out
+}
+
+// CheckTopology reports whether name can partition a lock cluster of n
+// nodes (hasLeader: whether its leader can be found).
+func CheckTopology(name string, n int, hasLeader bool) error {
+	if name == TopoMajorityRing {
+		if n < 3 {
+			return fmt.Errorf("partition %s needs at least 3 lock nodes, the target has %d", name, n)
+		}
+		return nil
+	}
+	t, ok := topologies[strings.TrimSuffix(name, OneWay)]
+	if !ok {
+		return fmt.Errorf("unknown partition topology %q (known: %s)", name, strings.Join(Topologies(), ", "))
+	}
+	if n < t.minNodes {
+		return fmt.Errorf("partition %s needs at least %d lock nodes, the target has %d", name, t.minNodes, n)
+	}
+	if t.needsLeader && !hasLeader {
+		return fmt.Errorf("partition %s needs a target with a leader", name)
+	}
+	return nil
+}
+
+// BuildGrudge makes the grudge of topology name over env.
+func BuildGrudge(ctx context.Context, name string, env *Env, rng *rand.Rand) (Grudge, error) {
+	if err := CheckTopology(name, len(env.Nodes), env.Leader != nil); err != nil {
+		return nil, err
+	}
+	if name == TopoMajorityRing {
+		return ringGrudge(env, rng), nil
+	}
+	base, oneway := strings.CutSuffix(name, OneWay)
+	first, second, err := topologies[base].build(ctx, env, rng)
+	if err != nil {
+		return nil, err
+	}
+	g := Grudge{}
+	g.Cut(first, second)
+	if !oneway {
+		g.Cut(second, first)
+	}
+	return g, nil
+}
+
+func nodeNames(ns []runtime.Node) []string {
+	out := make([]string, len(ns))
+	for i, n := range ns {
+		out[i] = n.Name()
+	}
+	return out
+}
+
+func without(names []string, x string) []string {
+	return slices.DeleteFunc(slices.Clone(names), func(s string) bool { return s == x })
+}
+
+func shuffled(names []string, rng *rand.Rand) []string {
+	out := slices.Clone(names)
+	rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+// someClients picks the clients to cut off: the ones holding a lock right
+// now (the old holders that will write late), else a random nonempty half.
+func someClients(env *Env, rng *rand.Rand) []string {
+	if env.InCriticalSection != nil {
+		if hs := env.InCriticalSection(); len(hs) > 0 {
+			return hs
+		}
+	}
+	names := shuffled(nodeNames(env.Clients), rng)
+	return names[:max(1, len(names)/2)]
+}
+
+// Partition cuts the network between groups of nodes with iptables DROP
+// rules inside each node's network namespace, in a topology drawn from
+// Topologies on each injection.
+type Partition struct {
+	// Topologies to draw from.
+	Topologies []string
+}
+
+var _ Nemesis = (*Partition)(nil)
+
+// Name implements Nemesis.
+func (*Partition) Name() string { return "partition" }
+
+// Inject implements Nemesis.
+func (p *Partition) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, error) {
+	if len(p.Topologies) == 0 {
+		return nil, errors.New("partition: no topology")
+	}
+	name := p.Topologies[rng.IntN(len(p.Topologies))]
+	g, err := BuildGrudge(ctx, name, env, rng)
+	if err != nil {
+		return nil, fmt.Errorf("partition %s: %w", name, err)
+	}
+	f := &partitionFault{topology: name, grudge: g, env: env}
+	if err := Apply(ctx, env, g); err != nil {
+		herr := Heal(context.WithoutCancel(ctx), env.all())
+		return nil, errors.Join(fmt.Errorf("partition %s: %w", name, err), herr)
+	}
+	return f, nil
+}
+
+type partitionFault struct {
+	topology string
+	grudge   Grudge
+	env      *Env
+	once     once
+}
+
+func (f *partitionFault) Targets() []string {
+	var out []string
+	for to, froms := range f.grudge {
+		out = append(out, to)
+		out = append(out, froms...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+func (f *partitionFault) Detail() string {
+	var parts []string
+	for _, to := range sortedKeys(f.grudge) {
+		parts = append(parts, fmt.Sprintf("%s drops %v", to, f.grudge[to]))
+	}
+	return f.topology + ": " + strings.Join(parts, "; ")
+}
+
+func (f *partitionFault) Heal(ctx context.Context) error {
+	return f.once.do(func() error { return Heal(ctx, f.env.all()) })
+}
+
+func sortedKeys(g Grudge) []string {
+	out := make([]string, 0, len(g))
+	for k := range g {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Apply installs g: in each node with a grudge, a chain of DROP rules for
+// the sources it ignores, hooked first into INPUT.
+func Apply(ctx context.Context, env *Env, g Grudge) error {
+	addrs := map[string]string{}
+	for _, n := range env.all() {
+		addrs[n.Name()] = n.Addr().String()
+	}
+	return forNodes(ctx, env.all(), func(ctx context.Context, n runtime.Node) error {
+		froms := g[n.Name()]
+		if len(froms) == 0 {
+			return nil
+		}
+		script := []string{"set -e", "iptables -w -N " + Chain, "iptables -w -I INPUT 1 -j " + Chain}
+		for _, f := range froms {
+			a, ok := addrs[f]
+			if !ok {
+				return fmt.Errorf("partition: unknown node %q", f)
+			}
+			script = append(script, "iptables -w -A "+Chain+" -s "+ShellQuote(a)+" -j DROP")
+		}
+		if _, err := runtime.Run(ctx, n, "sh", "-c", strings.Join(script, "\n")); err != nil {
+			return fmt.Errorf("install rules in %s: %w", n.Name(), err)
+		}
+		return nil
+	})
+}
+
+// Heal removes splitbrain's chain from every node and checks that no rule
+// of ours remains.
+func Heal(ctx context.Context, nodes []runtime.Node) error {
+	script := strings.Join([]string{
+		"while iptables -w -D INPUT -j " + Chain + " 2>/dev/null; do :; done",
+		"iptables -w -F " + Chain + " 2>/dev/null || true",
+		"iptables -w -X " + Chain + " 2>/dev/null || true",
+		"! iptables -w -S | grep -q " + Chain,
+	}, "\n")
+	return forNodes(ctx, nodes, func(ctx context.Context, n runtime.Node) error {
+		if _, err := runtime.Run(ctx, n, "sh", "-c", script); err != nil {
+			return fmt.Errorf("heal %s (rules of ours may remain): %w", n.Name(), err)
+		}
+		return nil
+	})
+}
+
+// forNodes runs f on every node at once and joins the errors.
+func forNodes(ctx context.Context, nodes []runtime.Node, f func(context.Context, runtime.Node) error) error {
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for _, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx, n); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// ShellQuote quotes s for a POSIX shell, so that no argument is ever
+// spliced into a command line unescaped.
+func ShellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,429 @@
+// Package lockd is the lockd target: a 3-node cluster (one container each,
+// fixed addresses) of lockd, splitbrain's own Raft-replicated lease and
+// fencing-token lock service (targets/lockd/server), run by the splitbrain
+// binary itself, and its lock recipe on targets/lockd/client.
+//
+// The fencing token is the service's: the Raft log index of the grant,
+// which rises across leader changes and restarts. Health checks and leader
+// discovery run inside the nodes (`splitbrain probe lockd` against the
+// node's own HTTP port), over the exec channel that partitions do not cut.
+//
+// Target options, also settable per run as recipe options
+// (--recipe-opt k=v):
+//
+//	lock-delay=D   keep a lock ungrantable for D after its lease lapsed
+//	               unreleased, as Chubby does (default 0: off)
+//	max-ttl=D      the longest lease a client may ask for, which is also
+//	               how long a new leader waits before freeing inherited
+//	               locks (default: the run's lease TTL)
+//	endpoints=all|pinned  which members a client talks to (see NewLocker)
+package lockd
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/lockd/client"
+	"github.com/splitbrain/splitbrain/targets/lockd/server"
+)
+
+// Ports of a lockd node.
+const (
+	RaftPort = 7001
+	HTTPPort = 7002
+)
+
+// Role is the image role of lockd nodes.
+const Role = "lockd"
+
+// DataDir is where a node keeps its Raft log, stable store and snapshots,
+// inside its node; a restarted node finds it again.
+const DataDir = "/var/lib/lockd"
+
+// Version is the lockd version the nodes run (they run the splitbrain
+// binary, and so this package's server).
+const Version = server.Version
+
+// Binary is the splitbrain binary in the lockd image.
+const Binary = "/usr/local/bin/splitbrain"
+
+// Raft timing for fault testing: a leader that stops answering is replaced
+// within about a second, without elections on every scheduling hiccup of a
+// busy 2-core host.
+const (
+	HeartbeatTimeout   = 500 * time.Millisecond
+	ElectionTimeout    = 500 * time.Millisecond
+	LeaderLeaseTimeout = 250 * time.Millisecond
+	// ApplyTimeout bounds a command's commit: a leader without quorum
+	// answers unavailable after this long.
+	ApplyTimeout = 2 * time.Second
+	// LeaseMargin is added to a new leader's wait-out window, for clock
+	// drift and election latency.
+	LeaseMargin = 500 * time.Millisecond
+)
+
+// defaultMaxTTL is the longest lease when neither the run's TTL nor the
+// max-ttl option says.
+const defaultMaxTTL = 10 * time.Second
+
+// Target is the lockd backend.
+type Target struct {
+	// Nodes is the cluster size (3 when zero).
+	Nodes int
+	// LockDelay is the servers' lock-delay (0 = off); the recipe option
+	// lock-delay overrides it.
+	LockDelay time.Duration
+	// MaxTTL is the servers' longest lease; zero means the run's TTL (or
+	// 10s without one). The recipe option max-ttl overrides it.
+	MaxTTL time.Duration
+}
+
+var _ targets.Target = Target{}
+
+// Name implements targets.Target.
+func (Target) Name() string { return "lockd" }
+
+// Roles implements targets.Target.
+func (Target) Roles() []string { return []string{Role} }
+
+func (t Target) size() int {
+	if t.Nodes <= 0 {
+		return 3
+	}
+	return t.Nodes
+}
+
+// ServerOptions are the server settings a run chooses.
+type ServerOptions struct {
+	// MaxTTL is the longest lease (and the default one).
+	MaxTTL time.Duration
+	// LockDelay is the lock-delay (0 = off).
+	LockDelay time.Duration
+}
+
+// serverOptions resolves t's settings, the run's TTL and the recipe
+// options into server settings.
+func (t Target) serverOptions(opts targets.Options) (ServerOptions, error) {
+	// Clients ask in whole milliseconds, rounded up.
+	ttl := (opts.TTL + time.Millisecond - 1).Truncate(time.Millisecond)
+	so := ServerOptions{MaxTTL: t.MaxTTL, LockDelay: t.LockDelay}
+	if so.MaxTTL <= 0 {
+		so.MaxTTL = cmp.Or(ttl, defaultMaxTTL)
+	}
+	for _, o := range []struct {
+		name string
+		dst  *time.Duration
+	}{{"lock-delay", &so.LockDelay}, {"max-ttl", &so.MaxTTL}} {
+		s, ok := opts.RecipeOptions[o.name]
+		if !ok {
+			continue
+		}
+		d, err := time.ParseDuration(s)
+		if err != nil {
+			return ServerOptions{}, fmt.Errorf("lockd option %s=%q: %w", o.name, s, err)
+		}
+		*o.dst = d
+	}
+	switch {
+	case so.LockDelay < 0:
+		return ServerOptions{}, fmt.Errorf("lockd option lock-delay=%v must not be negative", so.LockDelay)
+	case so.MaxTTL <= 0:
+		return ServerOptions{}, fmt.Errorf("lockd option max-ttl=%v must be positive", so.MaxTTL)
+	case ttl > so.MaxTTL:
+		return ServerOptions{}, fmt.Errorf("lease TTL %v exceeds lockd's max-ttl %v", opts.TTL, so.MaxTTL)
+	}
+	return so, nil
+}
+
+// Command is node id's command line in a cluster of peers (name → address).
+func Command(id string, peers map[string]string, so ServerOptions) []string {
+	var list []string
+	for _, n := range sortedNames(peers) {
+		list = append(list, n+"="+net.JoinHostPort(peers[n], strconv.Itoa(RaftPort)))
+	}
+	return []string{Binary, "lockd",
+		"--id", id,
+		"--peers", strings.Join(list, ","),
+		"--http-addr", fmt.Sprintf(":%d", HTTPPort),
+		"--data-dir", DataDir,
+		"--max-ttl", so.MaxTTL.String(),
+		"--default-ttl", so.MaxTTL.String(),
+		"--lease-margin", LeaseMargin.String(),
+		"--lock-delay", so.LockDelay.String(),
+		"--apply-timeout", ApplyTimeout.String(),
+		"--heartbeat-timeout", HeartbeatTimeout.String(),
+		"--election-timeout", ElectionTimeout.String(),
+		"--leader-lease-timeout", LeaderLeaseTimeout.String(),
+	}
+}
+
+// sortedNames orders node names by number (n1 < n2 < n10).
+func sortedNames(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for n := range m {
+		out = append(out, n)
+	}
+	slices.SortFunc(out, func(a, b string) int { return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b)) })
+	return out
+}
+
+// Start implements targets.Target: it reserves every node's address, starts
+// the nodes together and waits until every one answers and they agree on a
+// leader that has applied its first entry.
+func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
+	so, err := t.serverOptions(opts)
+	if err != nil {
+		return nil, err
+	}
+	log := opts.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	peers := map[string]string{}
+	names := make([]string, t.size())
+	for i := range names {
+		names[i] = fmt.Sprintf("n%d", i+1)
+		a, err := rt.Reserve(names[i])
+		if err != nil {
+			return nil, fmt.Errorf("reserve %s: %w", names[i], err)
+		}
+		peers[names[i]] = a.String()
+	}
+	nodes := make([]runtime.Node, len(names))
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
+	for i, name := range names {
+		wg.Go(func() {
+			n, err := rt.Start(ctx, runtime.NodeSpec{
+				Name: name, Role: Role, Image: opts.Images[Role],
+				Cmd:  Command(name, peers, so),
+				Caps: []string{runtime.CapNetAdmin},
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, fmt.Errorf("start %s: %w", name, err))
+				return
+			}
+			nodes[i] = n
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	c := &Cluster{nodes: nodes, ttl: opts.TTL, opts: opts.RecipeOptions, server: so, log: log}
+	if err := c.WaitHealthy(ctx, 30*time.Second); err != nil {
+		return nil, err
+	}
+	log.Info("lockd cluster up", "nodes", len(nodes), "max_ttl", so.MaxTTL, "lock_delay", so.LockDelay)
+	return c, nil
+}
+
+// Cluster is a running lockd cluster.
+type Cluster struct {
+	nodes  []runtime.Node
+	ttl    time.Duration
+	opts   map[string]string
+	server ServerOptions
+	log    *slog.Logger
+}
+
+var (
+	_ targets.Cluster      = (*Cluster)(nil)
+	_ targets.LeaderFinder = (*Cluster)(nil)
+)
+
+// Nodes implements targets.Cluster.
+func (c *Cluster) Nodes() []runtime.Node { return c.nodes }
+
+// Server is the server settings the nodes run with.
+func (c *Cluster) Server() ServerOptions { return c.server }
+
+// Recipe implements targets.Cluster.
+func (c *Cluster) Recipe() targets.RecipeConfig {
+	eps := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		eps[i] = net.JoinHostPort(n.Addr().String(), strconv.Itoa(HTTPPort))
+	}
+	return targets.RecipeConfig{Kind: "lockd", Endpoints: eps, TTL: targets.Duration(c.ttl), Options: c.opts}
+}
+
+// Versions implements targets.Cluster: lockd's version and the Raft
+// library's, as the first node that answers reports them.
+func (c *Cluster) Versions(ctx context.Context) map[string]string {
+	var errs []error
+	for _, n := range c.nodes {
+		pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+		s, err := status(pctx, n)
+		cancel()
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out := map[string]string{"lockd": s.Version}
+		if s.Raft != "" {
+			out["raft"] = s.Raft
+		}
+		return out
+	}
+	c.log.Warn("lockd versions unknown", "err", errors.Join(errs...))
+	return map[string]string{"lockd": "unknown"}
+}
+
+// Status is one node's view, as `splitbrain probe lockd` prints it: the
+// node's GET /v1/status answer and the Raft library version of the binary
+// that probed it (the node's own).
+type Status struct {
+	client.Status
+	Raft string `json:"raft,omitempty"`
+}
+
+// Probe asks the node at endpoint for its status (run inside a node).
+func Probe(ctx context.Context, endpoint string) (Status, error) {
+	cl, err := client.New([]string{endpoint}, client.WithRequestTimeout(2*time.Second))
+	if err != nil {
+		return Status{}, fmt.Errorf("lockd probe: %w", err)
+	}
+	defer cl.Close()
+	s, err := cl.Status(ctx, endpoint)
+	if err != nil {
+		return Status{}, fmt.Errorf("lockd probe: %w", err)
+	}
+	return Status{Status: s, Raft: RaftVersion()}, nil
+}
+
+// RaftVersion is the version of github.com/hashicorp/raft built into this
+// binary, or "" when the binary carries no module information.
+func RaftVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return ""
+	}
+	for _, d := range bi.Deps {
+		if d.Path == "github.com/hashicorp/raft" {
+			if d.Replace != nil {
+				return d.Replace.Version
+			}
+			return d.Version
+		}
+	}
+	return ""
+}
+
+// status runs the probe inside n.
+func status(ctx context.Context, n runtime.Node) (Status, error) {
+	out, err := runtime.Run(ctx, n, Binary, "probe", "lockd", "--endpoint", net.JoinHostPort("127.0.0.1", strconv.Itoa(HTTPPort)))
+	if err != nil {
+		return Status{}, err
+	}
+	var s Status
+	if err := json.Unmarshal(out, &s); err != nil {
+		return Status{}, fmt.Errorf("%s: probe output %q: %w", n.Name(), out, err)
+	}
+	return s, nil
+}
+
+// Statuses asks every node for its status, concurrently; a node that does
+// not answer has an error instead.
+func (c *Cluster) Statuses(ctx context.Context) ([]Status, []error) {
+	sts := make([]Status, len(c.nodes))
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Go(func() {
+			pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+			defer cancel()
+			sts[i], errs[i] = status(pctx, n)
+		})
+	}
+	wg.Wait()
+	return sts, errs
+}
+
+// healthy says whether statuses describe a cluster ready to serve: every
+// node answers, all name the same leader, the leader has applied its first
+// entry and every node knows the leader's HTTP address (for redirects).
+func healthy(sts []Status, errs []error) error {
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	leaders := map[string]bool{}
+	var leader *Status
+	for i, s := range sts {
+		leaders[s.LeaderID] = true
+		if s.LeaderHTTPAddr == "" && s.LeaderID != "" {
+			return fmt.Errorf("%s does not know leader %s's HTTP address yet", s.ID, s.LeaderID)
+		}
+		if s.ID == s.LeaderID {
+			leader = &sts[i]
+		}
+	}
+	switch {
+	case len(leaders) != 1 || leaders[""]:
+		return fmt.Errorf("nodes disagree on the leader: %v", slices.Sorted(maps.Keys(leaders)))
+	case leader == nil:
+		return fmt.Errorf("leader %s is not among the nodes", sts[0].LeaderID)
+	case !leader.Ready:
+		return fmt.Errorf("leader %s is not ready (state %s)", leader.ID, leader.State)
+	}
+	return nil
+}
+
+// WaitHealthy waits until every node answers, all agree on a leader, and
+// the leader is ready.
+func (c *Cluster) WaitHealthy(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for {
+		last := healthy(c.Statuses(ctx))
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("lockd cluster not healthy after %v (see the nodes' logs): %w", timeout, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Leader implements targets.LeaderFinder: the node that says it leads;
+// when several do (a deposed leader that has not noticed yet), the one of
+// the highest term.
+func (c *Cluster) Leader(ctx context.Context) (runtime.Node, error) {
+	sts, errs := c.Statuses(ctx)
+	var (
+		best     runtime.Node
+		bestTerm uint64
+	)
+	for i, s := range sts {
+		if errs[i] != nil {
+			continue
+		}
+		if s.State == "Leader" && s.ID == s.LeaderID && (best == nil || s.Term > bestTerm) {
+			best, bestTerm = c.nodes[i], s.Term
+		}
+	}
+	if best == nil {
+		return nil, fmt.Errorf("no lockd node leads: %w", errors.Join(append(errs, errors.New("no node reports state Leader"))...))
+	}
+	return best, nil
+}
