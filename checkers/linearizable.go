@@ -28,6 +28,9 @@ const (
 	// stepBlind: an unknown-outcome write that was observed, but whose read
 	// was never reported; it may overwrite any state.
 	stepBlind
+	// stepMaybe: an unknown-outcome write nobody observed, kept only with
+	// LinearizableOptions.KeepUnobserved: it may or may not have applied.
+	stepMaybe
 )
 
 // modelInput is the Porcupine input of one operation.
@@ -109,6 +112,11 @@ type LinearizableOptions struct {
 	// VisualizeLimit caps the operations put into the visualization (the
 	// keys with anomalies are preferred); zero means 20000.
 	VisualizeLimit int
+	// KeepUnobserved keeps unknown-outcome writes that no read observed,
+	// as "may or may not have applied" steps of a nondeterministic model,
+	// instead of dropping them. The verdict is the same; the search grows
+	// exponentially with them. It exists to measure what dropping saves.
+	KeepUnobserved bool
 }
 
 // Linearizable checks the critical sections with Porcupine.
@@ -155,9 +163,10 @@ type LinearizableDetails struct {
 	ops []porcupine.Operation
 }
 
-// Ops converts a paired history into Porcupine operations (exported for
-// tests and benchmarks through [Linearizable.Check]).
-func modelOps(in Input) (ops []porcupine.Operation, dropped, kept int) {
+// modelOps converts a paired history into Porcupine operations, dropping
+// (and counting) unknown-outcome writes no read observed, unless
+// keepUnobserved.
+func modelOps(in Input, keepUnobserved bool) (ops []porcupine.Operation, dropped, kept int) {
 	observed := make(map[int64]bool)
 	for _, op := range in.Ops {
 		if c := op.Complete; c != nil && c.Read != nil {
@@ -189,11 +198,16 @@ func modelOps(in Input) (ops []porcupine.Operation, dropped, kept int) {
 			}
 			mi.kind, mi.read = stepRead, *c.Read
 		default: // Info, or never completed
-			if inv.F != history.FCriticalSection || !observed[inv.ID] {
-				if inv.F == history.FCriticalSection {
-					dropped++
-				}
+			if inv.F != history.FCriticalSection {
 				continue
+			}
+			if !observed[inv.ID] {
+				if !keepUnobserved || c == nil || c.Read == nil || c.Write == nil {
+					dropped++
+					continue
+				}
+				mi.kind, mi.read, mi.write = stepMaybe, *c.Read, *c.Write
+				break
 			}
 			kept++
 			switch {
@@ -226,7 +240,11 @@ func observedValue(in Input, tag int64) history.Value {
 // Check implements [Checker].
 func (l Linearizable) Check(ctx context.Context, in Input) Result {
 	start := time.Now()
-	ops, dropped, kept := modelOps(in)
+	ops, dropped, kept := modelOps(in, l.opts.KeepUnobserved)
+	model := singleKey
+	if l.opts.KeepUnobserved {
+		model = maybeModel
+	}
 	parts := CounterModel.Partition(ops)
 	det := &LinearizableDetails{Checked: len(ops), DroppedUnknown: dropped, KeptUnknown: kept, Keys: len(parts), ops: ops}
 
@@ -253,7 +271,7 @@ func (l Linearizable) Check(ctx context.Context, in Input) Result {
 				results[i] = porcupine.Unknown
 				return
 			}
-			results[i] = porcupine.CheckOperationsTimeout(singleKey, part, left)
+			results[i] = porcupine.CheckOperationsTimeout(model, part, left)
 		}()
 	}
 	wg.Wait()
@@ -284,6 +302,31 @@ var singleKey = func() porcupine.Model {
 	m.Partition = nil
 	return m
 }()
+
+// maybeModel is singleKey made nondeterministic for stepMaybe: such a step
+// leads both to the unchanged state and, when its read matches, to its
+// write.
+var maybeModel = (&porcupine.NondeterministicModel{
+	Init: func() []any { return []any{history.Value{}} },
+	Step: func(state, input, output any) []any {
+		in := input.(modelInput)
+		if in.kind == stepMaybe {
+			s := state.(history.Value)
+			if s == in.read {
+				return []any{s, in.write}
+			}
+			return []any{s}
+		}
+		if ok, next := CounterModel.Step(state, input, output); ok {
+			return []any{next}
+		}
+		return nil
+	},
+	Equal:             CounterModel.Equal,
+	Hash:              CounterModel.Hash,
+	DescribeOperation: CounterModel.DescribeOperation,
+	DescribeState:     CounterModel.DescribeState,
+}).ToModel()
 
 // WriteVisualization writes Porcupine's HTML visualization of the checked
 // operations (those of the keys with anomalies first, up to the limit), with
