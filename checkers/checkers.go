@@ -7,6 +7,9 @@
 // holds and [Fencing] late writes stopped or accepted; those two report facts
 // about the lock, not about the data, so they do not decide the verdict.
 //
+// [Liveness] measures stalls (no successful critical section while clients
+// kept trying), which is how a lock without expiry or with a huge TTL fails.
+//
 // [Check] runs them all and composes the verdict: valid only when every
 // judging checker is valid; unknown when one is unknown (a Porcupine timeout
 // is never a pass).
@@ -146,7 +149,7 @@ func Check(ctx context.Context, in Input, cs ...Checker) Report {
 
 // Default returns the checkers a run uses.
 func Default(opts LinearizableOptions) []Checker {
-	return []Checker{NewLinearizable(opts), Summary{}, Mutex{}, Fencing{}}
+	return []Checker{NewLinearizable(opts), Summary{}, Mutex{}, Fencing{}, Liveness{}}
 }
 
 // compile-time assertions

@@ -232,3 +232,33 @@ func TestVerdictJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestLiveness(t *testing.T) {
+	var b builder
+	// k: ok, then fails for a long time, then ok; j: ok then fails to the end.
+	b.invoke(0, 1, history.FCriticalSection, "k")
+	b.cs(history.OK, 0, 1, "k", 0, 1, 0, "")
+	for i := int64(2); i < 10; i++ {
+		b.invoke(0, i, history.FCriticalSection, "k")
+		b.events = append(b.events, history.Event{Time: b.tick() + 1000, Type: history.Fail, ID: i, F: history.FCriticalSection, Key: "k", Error: history.ErrBusy})
+	}
+	b.t += 1000
+	b.invoke(0, 10, history.FCriticalSection, "k")
+	b.cs(history.OK, 0, 10, "k", 1, 2, 1, "")
+	b.invoke(1, 11, history.FCriticalSection, "j")
+	b.cs(history.OK, 1, 11, "j", 0, 1, 0, "")
+	for i := int64(12); i < 15; i++ {
+		b.invoke(1, i, history.FCriticalSection, "j")
+		b.events = append(b.events, history.Event{Time: b.tick() + 500, Type: history.Fail, ID: i, F: history.FCriticalSection, Key: "j", Error: history.ErrBusy})
+	}
+	d := Liveness{}.Check(context.Background(), NewInput(b.events)).Details.(*LivenessDetails)
+	if k := d.PerKey["k"]; k.Attempts != 8 || k.ToEnd || k.Duration < 1000 {
+		t.Fatalf("k stall %+v", k)
+	}
+	if j := d.PerKey["j"]; !j.ToEnd || j.Attempts != 3 {
+		t.Fatalf("j stall %+v", j)
+	}
+	if len(d.Stalled) != 1 || d.Stalled[0] != "j" || d.Longest.Key != "k" {
+		t.Fatalf("details %+v", d)
+	}
+}

@@ -430,8 +430,7 @@ func (r *run) finish(runErr error) {
 	}
 	r.res.History = rep
 	in := checkers.NewInput(ev)
-	lin := checkers.NewLinearizable(checkers.LinearizableOptions{Timeout: r.cfg.CheckTimeout})
-	report := checkers.Check(context.WithoutCancel(r.deps.Hard), in, lin, checkers.Summary{}, checkers.Mutex{}, checkers.Fencing{})
+	report := checkers.Check(context.WithoutCancel(r.deps.Hard), in, checkers.Default(checkers.LinearizableOptions{Timeout: r.cfg.CheckTimeout})...)
 	r.phases["check"] = time.Since(start)
 	r.res.Checkers = report.Checkers
 	r.res.Valid = report.Valid
