@@ -60,6 +60,9 @@ type CounterOptions struct {
 	OpTimeout time.Duration
 	// Seed makes key choices reproducible.
 	Seed uint64
+	// Bypass names clients that skip the lock and the token altogether (a
+	// bypass writer beside fenced clients: anti-pattern 6).
+	Bypass []string
 	Log  *slog.Logger
 }
 
@@ -181,13 +184,17 @@ func (w *Counter) loop(ctx context.Context, c *Client, n int, rng *rand.Rand, re
 // unknown).
 func (w *Counter) op(ctx context.Context, c *Client, n int, f, key string, fenced bool, timeout time.Duration, rec *history.Recorder) (history.Event, error) {
 	id := w.ids.Add(1)
-	inv := history.Event{Type: history.Invoke, Process: c.Process, Client: c.Name, ID: id, F: f, Key: key, Fenced: fenced}
+	bypass := f == history.FCriticalSection && slices.Contains(w.opts.Bypass, c.Name)
+	if bypass {
+		fenced = false
+	}
+	inv := history.Event{Type: history.Invoke, Process: c.Process, Client: c.Name, ID: id, F: f, Key: key, Fenced: fenced, Bypass: bypass}
 	if f == history.FCriticalSection {
 		w.setPhase(c.Name, activity{phase: Acquiring, key: key})
 		defer w.setPhase(c.Name, activity{phase: Idle})
 	}
 	rec.Record(inv)
-	res, err := c.Do(ctx, agent.OpRequest{ID: id, F: f, Key: key, Fenced: fenced}, timeout, func(r agent.Response) {
+	res, err := c.Do(ctx, agent.OpRequest{ID: id, F: f, Key: key, Fenced: fenced, Bypass: bypass}, timeout, func(r agent.Response) {
 		switch r.Ev {
 		case agent.EvAcquired:
 			w.setPhase(c.Name, activity{phase: Holding, key: key, token: r.Token})

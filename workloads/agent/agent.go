@@ -201,6 +201,9 @@ func (a *agent) read(ctx context.Context, op OpRequest) Result {
 // criticalSection takes the lock, reads the counter, works, writes read+1
 // and releases. Whatever the outcome, the lock is released if it was taken.
 func (a *agent) criticalSection(ctx context.Context, op OpRequest) (res Result) {
+	if op.Bypass {
+		return a.readModifyWrite(ctx, op, 0)
+	}
 	start := a.deps.Mono()
 	actx, cancel := context.WithTimeout(ctx, time.Duration(a.cfg.AcquireTimeout))
 	lease, err := a.locker.Acquire(actx, op.Key)
@@ -233,8 +236,18 @@ func (a *agent) criticalSection(ctx context.Context, op OpRequest) (res Result) 
 		}
 	}()
 
+	rmw := a.readModifyWrite(ctx, op, res.Token)
+	rmw.AcquiredMono, rmw.Wait, rmw.Token = res.AcquiredMono, res.Wait, res.Token
+	res = rmw
+	return res
+}
+
+// readModifyWrite reads the counter, works, and writes read+1, presenting
+// token when the operation is fenced.
+func (a *agent) readModifyWrite(ctx context.Context, op OpRequest, token uint64) (res Result) {
+	fenced := op.Fenced && !op.Bypass
 	a.deps.Step()
-	e, err := a.store.Read(ctx, op.Key, op.Fenced, res.Token)
+	e, err := a.store.Read(ctx, op.Key, fenced, token)
 	if err != nil {
 		_, kind := storeKind(err)
 		// A read changes nothing but the token mark; an unknown read is a
@@ -257,7 +270,7 @@ func (a *agent) criticalSection(ctx context.Context, op OpRequest) (res Result) 
 	res.Write = &history.Value{Value: e.Value + 1, Tag: op.ID}
 	res.WriteMono = a.deps.Mono()
 	a.send(Response{Type: RespEvent, ID: op.ID, Ev: EvWrite, Mono: res.WriteMono})
-	if _, err := a.store.Write(ctx, op.Key, res.Write.Value, res.Write.Tag, op.Fenced, res.Token); err != nil {
+	if _, err := a.store.Write(ctx, op.Key, res.Write.Value, res.Write.Tag, fenced, token); err != nil {
 		res.Type, res.Error = storeKind(err)
 		res.Message = err.Error()
 		return res

@@ -73,6 +73,10 @@ type OpRequest struct {
 	F      string `json:"f"`
 	Key    string `json:"key"`
 	Fenced bool   `json:"fenced,omitempty"`
+	// Bypass makes the critical section a bypass writer's: no lock, no
+	// token, an unfenced read and write (an old service or a batch job
+	// that skips the protocol).
+	Bypass bool `json:"bypass,omitempty"`
 }
 
 // Response is one line from the agent.

@@ -90,6 +90,8 @@ type Event struct {
 	Key string `json:"key,omitempty"`
 	// Fenced says whether the operation presented its fencing token.
 	Fenced bool `json:"fenced,omitempty"`
+	// Bypass marks a bypass writer's operation: no lock, no token.
+	Bypass bool `json:"bypass,omitempty"`
 
 	// Token is the fencing token the lock service granted.
 	Token uint64 `json:"token,omitempty"`
