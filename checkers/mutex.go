@@ -29,12 +29,22 @@ type Hold struct {
 
 // Holds extracts every hold from a history, in order of start.
 func Holds(in Input) []Hold {
-	var hs []Hold
-	for _, op := range in.Ops {
-		c := op.Complete
-		if op.Invoke.F != history.FCriticalSection || c == nil || c.Acquired == 0 {
+	held := func(op *history.Op) bool {
+		return op.Invoke.F == history.FCriticalSection && op.Complete != nil && op.Complete.Acquired != 0
+	}
+	n := 0
+	for i := range in.Ops {
+		if held(&in.Ops[i]) {
+			n++
+		}
+	}
+	hs := make([]Hold, 0, n)
+	for i := range in.Ops {
+		op := &in.Ops[i]
+		if !held(op) {
 			continue
 		}
+		c := op.Complete
 		end := c.Released
 		if end == 0 {
 			end = c.Time

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/splitbrain/splitbrain/nemesis"
+	"github.com/splitbrain/splitbrain/nemesis/clock"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/redis"
 	"github.com/splitbrain/splitbrain/workloads"
 )
 
@@ -59,6 +61,25 @@ type Config struct {
 	PauseTargets string `json:"pause_targets"`
 	// KillTargets weighs the kill nemesis's target groups.
 	KillTargets string `json:"kill_targets"`
+	// ClockTargets weighs the clock nemesis's target groups (holder,
+	// client, node).
+	ClockTargets string `json:"clock_targets"`
+	// ClockModes lists the clock nemesis's modes to draw from ("bump",
+	// "strobe").
+	ClockModes string `json:"clock_modes"`
+	// ClockMin and ClockMax bound the size of a clock offset; zero
+	// derives them from the lease TTL (TTL .. 3×TTL: a jump that matters).
+	ClockMin time.Duration `json:"clock_min_ns"`
+	ClockMax time.Duration `json:"clock_max_ns"`
+	// ClockDirection is forward, backward or both.
+	ClockDirection string `json:"clock_direction"`
+	// ClockMonotonic also skews CLOCK_MONOTONIC, which etcd and lockd time
+	// their leases with (CLOCK_REALTIME is always skewed).
+	ClockMonotonic bool `json:"clock_monotonic"`
+	// ClockStrobeMin and ClockStrobeMax bound a strobe's time between
+	// flips.
+	ClockStrobeMin time.Duration `json:"clock_strobe_min_ns"`
+	ClockStrobeMax time.Duration `json:"clock_strobe_max_ns"`
 	// Partitions lists the partition topologies to draw from; empty means
 	// every topology the target's size allows.
 	Partitions     string        `json:"partitions"`
@@ -93,6 +114,11 @@ func DefaultConfig() Config {
 		NemesisInterval: 3 * time.Second,
 		PauseTargets:    "holder=3,node=1",
 		KillTargets:     "node=2,holder=1",
+		ClockTargets:    "node=1,holder=1,client=1",
+		ClockModes:      "bump,strobe",
+		ClockDirection:  clock.DirBoth,
+		ClockStrobeMin:  50 * time.Millisecond,
+		ClockStrobeMax:  200 * time.Millisecond,
 		AcquireTimeout:  5 * time.Second,
 		StoreTimeout:    time.Second,
 		OpTimeout:       30 * time.Second,
@@ -149,6 +175,12 @@ func (c Config) Validate(known map[string]targets.Target) error {
 	}
 	if _, err := nemesis.Weights(c.KillTargets, nemesis.KillGroups); err != nil {
 		return BadInput("--kill-targets: %v", err)
+	}
+	if _, err := nemesis.Weights(c.ClockTargets, clock.Groups); err != nil {
+		return BadInput("--clock-targets: %v", err)
+	}
+	if err := c.clockNemesis().Validate(); err != nil {
+		return BadInput("clock nemesis: %v (check --clock-modes, --clock-min, --clock-max, --clock-direction)", err)
 	}
 	nems, err := nemesis.Parse(c.Nemesis, Nemeses(c, known[c.Target]))
 	if err != nil {
@@ -223,9 +255,40 @@ func Nemeses(c Config, t targets.Target) map[string]nemesis.Nemesis {
 		}
 	}
 	return map[string]nemesis.Nemesis{
+		"clock":     c.clockNemesis(),
 		"pause":     &nemesis.Pause{Weights: pw, HolderWait: time.Second},
 		"kill":      &nemesis.Kill{Weights: kw, HolderWait: time.Second},
 		"partition": &nemesis.Partition{Topologies: topos},
+	}
+}
+
+// ClockOffsets is the size range of the clock nemesis's offsets: ClockMin
+// and ClockMax, or TTL .. 3×TTL where they are zero.
+func (c Config) ClockOffsets() (lo, hi time.Duration) {
+	lo, hi = c.ClockMin, c.ClockMax
+	if lo == 0 {
+		lo = c.LeaseTTL
+	}
+	if hi == 0 {
+		hi = max(lo, 3*c.LeaseTTL)
+	}
+	return lo, hi
+}
+
+// clockNemesis is the clock nemesis the config asks for. Redis nodes are
+// skewed through the LD_PRELOAD shim (verified by the server's TIME), all
+// other processes by vDSO injection.
+func (c Config) clockNemesis() *clock.Nemesis {
+	w, err := nemesis.Weights(c.ClockTargets, clock.Groups)
+	if err != nil {
+		w = map[string]int{nemesis.GroupNode: 1}
+	}
+	lo, hi := c.ClockOffsets()
+	return &clock.Nemesis{
+		Modes: splitList(c.ClockModes), Weights: w, MinOffset: lo, MaxOffset: hi,
+		Direction: c.ClockDirection, Monotonic: c.ClockMonotonic,
+		StrobeMin: c.ClockStrobeMin, StrobeMax: c.ClockStrobeMax, HolderWait: time.Second,
+		Shims: map[string]clock.Shim{redis.Role: {Now: redis.ServerTime}},
 	}
 }
 

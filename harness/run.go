@@ -15,12 +15,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	rt "runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,6 +31,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/splitbrain/splitbrain/checkers"
+	htmlreport "github.com/splitbrain/splitbrain/harness/report"
 	"github.com/splitbrain/splitbrain/harness/runtime"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/targets"
@@ -55,6 +58,9 @@ type Deps struct {
 	Log *slog.Logger
 	// Now returns the wall-clock time for names and results (nil: time.Now).
 	Now func() time.Time
+	// Progress, when set, receives a one-line live summary of the test
+	// phase, redrawn in place about once a second (a terminal).
+	Progress io.Writer
 }
 
 // Outcome is a finished run.
@@ -160,6 +166,9 @@ type run struct {
 	phases   map[string]time.Duration
 	errs     []string
 	cleaned  bool
+
+	// clientCaps are capabilities the nemeses need in client nodes.
+	clientCaps []string
 }
 
 func (r *run) prepareDir() error {
@@ -197,7 +206,7 @@ func (r *run) phase(name string, f func() error) error {
 func (r *run) execute(ctx context.Context) error {
 	target := r.deps.Targets[r.cfg.Target]
 	wl, err := workloads.New(r.cfg.Workload, workloads.CounterOptions{
-		Keys: r.cfg.Keys, OpTimeout: r.cfg.OpTimeout, Seed: r.cfg.Seed, Log: r.log,
+		Keys: r.cfg.Keys, OpTimeout: r.cfg.OpTimeout, Seed: r.cfg.Seed, Log: r.log, Work: r.cfg.Work,
 	})
 	if err != nil {
 		return &InputError{Err: err}
@@ -206,9 +215,14 @@ func (r *run) execute(ctx context.Context) error {
 	if err != nil {
 		return &InputError{Err: err}
 	}
+	nodeCaps, clientCaps := nemesisCaps(nems)
+	r.clientCaps = clientCaps
 	hard := r.deps.Hard
 	if r.hw, err = history.Create(filepath.Join(r.dir, "history.jsonl")); err != nil {
 		return err
+	}
+	if r.deps.Progress != nil {
+		defer htmlreport.Follow(hard, r.deps.Progress, r.cfg.TimeLimit, r.hw)()
 	}
 	r.rec = history.NewRecorder(r.hw, history.NewMonotonicClock())
 
@@ -231,7 +245,7 @@ func (r *run) execute(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		cluster, err = target.Start(hard, r.rt, targets.Options{Images: imgs, TTL: r.cfg.LeaseTTL, RecipeOptions: r.cfg.RecipeOptions, Log: r.log})
+		cluster, err = target.Start(hard, r.rt, targets.Options{Images: imgs, TTL: r.cfg.LeaseTTL, RecipeOptions: r.cfg.RecipeOptions, ExtraCaps: nodeCaps, Log: r.log})
 		if err != nil {
 			return fmt.Errorf("start %s: %w", r.cfg.Target, err)
 		}
@@ -244,7 +258,7 @@ func (r *run) execute(ctx context.Context) error {
 		if lf, ok := cluster.(targets.LeaderFinder); ok {
 			r.env.Leader = lf.Leader
 		}
-		return nil
+		return r.prepareNemeses(hard, nems)
 	})
 	if err != nil {
 		return err
@@ -275,6 +289,8 @@ func (r *run) execute(ctx context.Context) error {
 	if hard.Err() != nil {
 		return fmt.Errorf("aborted: %w", hard.Err())
 	}
+	// A fault left in force leaves the run in doubt, like a failed heal.
+	err = errors.Join(err, finishNemeses(hard, nems))
 	ferr := r.phase("final", func() error {
 		fctx, cancel := context.WithTimeout(hard, time.Minute)
 		defer cancel()
@@ -284,6 +300,63 @@ func (r *run) execute(ctx context.Context) error {
 		r.errs = append(r.errs, ferr.Error())
 	}
 	return err
+}
+
+// Optional parts of a nemesis the harness uses: the capabilities its
+// targets need (granted only when it is in the run), a probe at setup that
+// refuses a run in which it cannot work, and a last undo at the end of the
+// test phase. The clock nemesis has all three.
+type (
+	capNeeder interface {
+		Caps(group string) []string
+	}
+	preparer interface {
+		Prepare(ctx context.Context, env *nemesis.Env, log *slog.Logger) error
+	}
+	finisher interface {
+		Finish(ctx context.Context) error
+	}
+)
+
+// nemesisCaps returns the extra capabilities of lock-service nodes and of
+// client nodes that nems need.
+func nemesisCaps(nems []nemesis.Nemesis) (nodes, clients []string) {
+	for _, n := range nems {
+		if c, ok := n.(capNeeder); ok {
+			nodes = append(nodes, c.Caps(nemesis.GroupNode)...)
+			clients = append(clients, c.Caps(nemesis.GroupClient)...)
+		}
+	}
+	slices.Sort(nodes)
+	slices.Sort(clients)
+	return slices.Compact(nodes), slices.Compact(clients)
+}
+
+// prepareNemeses runs the nemeses' setup probes.
+func (r *run) prepareNemeses(ctx context.Context, nems []nemesis.Nemesis) error {
+	for _, n := range nems {
+		if p, ok := n.(preparer); ok {
+			if err := p.Prepare(ctx, r.env, r.log.With("nemesis", n.Name())); err != nil {
+				return fmt.Errorf("nemesis %s: %w", n.Name(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// finishNemeses undoes whatever the nemeses still have in force.
+func finishNemeses(ctx context.Context, nems []nemesis.Nemesis) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	var errs []error
+	for _, n := range nems {
+		if f, ok := n.(finisher); ok {
+			if err := f.Finish(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("nemesis %s at the end of the test: %w", n.Name(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // startClients starts, configures and clock-syncs the client agents.
@@ -306,7 +379,7 @@ func (r *run) startClients(ctx context.Context, image string, recipe targets.Rec
 			n, err := r.rt.Start(ctx, runtime.NodeSpec{
 				Name: name, Role: roleClient, Image: image, Interactive: true,
 				Cmd:  []string{"/usr/local/bin/splitbrain", "agent"},
-				Caps: []string{runtime.CapNetAdmin},
+				Caps: append([]string{runtime.CapNetAdmin}, r.clientCaps...),
 			})
 			if err != nil {
 				return fmt.Errorf("start client %s: %w", name, err)
@@ -452,6 +525,9 @@ func (r *run) finish(runErr error) {
 	}
 	if err := r.res.write(filepath.Join(r.dir, "results.json")); err != nil {
 		r.log.Error("write results", "err", err)
+	}
+	if err := htmlreport.Write(r.dir); err != nil {
+		r.log.Warn("write report", "err", err)
 	}
 	r.log.Info("run finished", "valid", r.res.Valid.String(), "dir", r.dir)
 }

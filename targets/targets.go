@@ -101,7 +101,14 @@ type Options struct {
 	TTL time.Duration
 	// RecipeOptions are passed through to RecipeConfig.Options.
 	RecipeOptions map[string]string
-	Log           *slog.Logger
+	// ExtraCaps are Linux capabilities the run's nemeses need in the
+	// target's nodes, added to the nodes' own: runtime.CapSysPtrace when
+	// the clock nemesis may skew them by vDSO injection. The harness sets
+	// it only when such a nemesis is in the run (least privilege); a target
+	// whose nodes are skewed by other means (Redis: the LD_PRELOAD shim)
+	// may ignore it.
+	ExtraCaps []string
+	Log       *slog.Logger
 }
 
 // Target brings up one lock backend.

@@ -63,6 +63,9 @@ type CounterOptions struct {
 	// Bypass names clients that skip the lock and the token altogether (a
 	// bypass writer beside fenced clients: anti-pattern 6).
 	Bypass []string
+	// Work is the agents' time between read and write; it tells which
+	// holders still have time left before writing.
+	Work time.Duration
 	Log  *slog.Logger
 }
 
@@ -115,6 +118,9 @@ const (
 
 type activity struct {
 	phase Phase
+	// since is when the client entered the phase (wall clock of the
+	// harness, for freshness only).
+	since time.Time
 	key   string
 	token uint64
 }
@@ -125,14 +131,16 @@ func (w *Counter) Name() string { return w.name }
 // Key names counter i.
 func Key(i int) string { return fmt.Sprintf("k%d", i) }
 
-// InCriticalSection names the clients that hold a lock and have not yet
-// sent their write: pausing one of them makes a late write.
+// InCriticalSection names the clients that hold a lock and have most of
+// their work still ahead of them: pausing (or cutting off) one of them makes
+// a late write. A holder past half its work is left out: a fault takes some
+// milliseconds to land, and one that lands after the write proves nothing.
 func (w *Counter) InCriticalSection() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	var out []string
 	for name, a := range w.activity {
-		if a.phase == Holding {
+		if a.phase == Holding && (w.opts.Work <= 0 || time.Since(a.since) < w.opts.Work/2) {
 			out = append(out, name)
 		}
 	}
@@ -197,7 +205,7 @@ func (w *Counter) op(ctx context.Context, c *Client, n int, f, key string, fence
 	res, err := c.Do(ctx, agent.OpRequest{ID: id, F: f, Key: key, Fenced: fenced, Bypass: bypass}, timeout, func(r agent.Response) {
 		switch r.Ev {
 		case agent.EvAcquired:
-			w.setPhase(c.Name, activity{phase: Holding, key: key, token: r.Token})
+			w.setPhase(c.Name, activity{phase: Holding, key: key, token: r.Token, since: time.Now()})
 		case agent.EvWrite:
 			w.setPhase(c.Name, activity{phase: Writing, key: key})
 		}

@@ -19,8 +19,13 @@ func TestLockdVerdicts(t *testing.T) {
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, images.RoleLockd)
 	// Pauses last TTL+1s .. 2×TTL+1s (3 s .. 5 s): always past the lease.
+	// A pause aimed at a holder lands some 30 ms after the nemesis picked
+	// it (a Docker API call); with 100 ms of work about one in three
+	// holders has written by then and the pause proves nothing, so holders
+	// work 300 ms and faults come every 2 s on average (2 or 3 in 15 s).
 	common := []string{"run", "--target", "lockd", "--nemesis", "pause", "--time-limit", "15s",
-		"--concurrency", "4", "--keys", "1", "--lease-ttl", "2s", "--pause-targets", "holder=1", "--seed", "3"}
+		"--concurrency", "4", "--keys", "1", "--lease-ttl", "2s", "--work", "300ms", "--nemesis-interval", "2s",
+		"--pause-targets", "holder=1", "--seed", "3"}
 
 	checkRun := func(t *testing.T, res map[string]any, dir string) {
 		t.Helper()

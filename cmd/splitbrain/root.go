@@ -125,6 +125,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newStoreCmd(g),
 		newProbeCmd(g),
 		newLockdCmd(g),
+		newClockCmd(g),
+		newServeCmd(g),
 	)
 	return root
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/harness/images"
+	"github.com/splitbrain/splitbrain/harness/report"
 	"github.com/splitbrain/splitbrain/harness/runtime"
 	"github.com/splitbrain/splitbrain/harness/runtime/docker"
 	"github.com/splitbrain/splitbrain/nemesis"
@@ -44,7 +45,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.Target, "target", cfg.Target, "lock backend: "+strings.Join(catalog.TargetNames(), ", "))
 	f.StringVar(&cfg.Workload, "workload", cfg.Workload, "workload: unfenced-counter, fenced-counter")
-	f.StringVar(&cfg.Nemesis, "nemesis", cfg.Nemesis, "comma-separated faults: pause, partition, kill, none")
+	f.StringVar(&cfg.Nemesis, "nemesis", cfg.Nemesis, "comma-separated faults: pause, partition, kill, clock, none")
 	f.DurationVar(&cfg.TimeLimit, "time-limit", cfg.TimeLimit, "length of the test phase")
 	f.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "number of client agents (one container each)")
 	f.IntVar(&cfg.Keys, "keys", cfg.Keys, "number of independent counters (locks)")
@@ -56,6 +57,12 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&cfg.PauseTargets, "pause-targets", cfg.PauseTargets, "weights of what pause stops: holder, client, node, store")
 	f.StringVar(&cfg.KillTargets, "kill-targets", cfg.KillTargets, "weights of what kill stops and restarts: holder, client, node")
 	f.StringVar(&cfg.Partitions, "partitions", "", "partition topologies to draw from (default: all the target allows): "+strings.Join(nemesis.Topologies(), ", "))
+	f.StringVar(&cfg.ClockTargets, "clock-targets", cfg.ClockTargets, "weights of whose clock the clock nemesis skews: holder, client, node")
+	f.StringVar(&cfg.ClockModes, "clock-modes", cfg.ClockModes, "clock faults to draw from: bump (one jump), strobe (flip between two offsets every 50-200ms)")
+	f.DurationVar(&cfg.ClockMin, "clock-min", 0, "smallest clock offset (default: lease TTL)")
+	f.DurationVar(&cfg.ClockMax, "clock-max", 0, "largest clock offset (default: 3 x lease TTL)")
+	f.StringVar(&cfg.ClockDirection, "clock-direction", cfg.ClockDirection, "clock offsets go forward, backward or both")
+	f.BoolVar(&cfg.ClockMonotonic, "clock-monotonic", false, "also skew CLOCK_MONOTONIC (what etcd and lockd time leases with); CLOCK_REALTIME always is")
 	f.DurationVar(&cfg.AcquireTimeout, "acquire-timeout", cfg.AcquireTimeout, "how long a client waits for a lock")
 	f.DurationVar(&cfg.StoreTimeout, "store-timeout", cfg.StoreTimeout, "timeout of each counter-store request")
 	f.DurationVar(&cfg.OpTimeout, "op-timeout", cfg.OpTimeout, "how long the harness waits for one operation")
@@ -139,6 +146,9 @@ func runTest(ctx context.Context, cfg harness.Config, log *slog.Logger, stdout, 
 	}
 	defer closeDeps()
 	deps.Hard = hard
+	if report.IsTerminal(stderr) {
+		deps.Progress = stderr
+	}
 	out, err := harness.Run(soft, cfg, deps)
 	if out != nil {
 		printOutcome(stdout, out)

@@ -16,6 +16,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/splitbrain/splitbrain/nemesis/clock"
 )
 
 // ModulePath is splitbrain's Go module path.
@@ -200,4 +202,31 @@ func EtcdBinary(ctx context.Context, b *Builder) (Artifact, error) {
 	var err error
 	art.Path, err = b.cachedBuild(ctx, "etcd", filepath.Join(root, EtcdBuildDir), ".")
 	return art, err
+}
+
+// ClockShim is the ArtifactFunc of the redis image: the LD_PRELOAD clock
+// shim (nemesis/clock's C source) compiled on this machine with gcc ($CC)
+// into clock.ShimPath, cached by the hash of its source, flags, compiler
+// and architecture. The image's Debian release is the host's own
+// (bookworm), so the library links against the same libc.
+func ClockShim(ctx context.Context, b *Builder) (Artifact, error) {
+	art := Artifact{Name: "clockshim.so", Dest: clock.ShimPath, Mode: 0o644}
+	sum := hashStrings(string(clock.ShimSource()), strings.Join(clock.ShimCFlags, " "), os.Getenv("CC"), runtime.GOARCH)
+	cache := filepath.Join(b.CacheDir, "bin")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return art, fmt.Errorf("binary cache: %w", err)
+	}
+	prefix := "clockshim-" + runtime.GOARCH + "-"
+	art.Path = filepath.Join(cache, prefix+sum+".so")
+	if _, err := os.Stat(art.Path); err == nil {
+		return art, nil
+	}
+	start := time.Now()
+	b.progress("gcc clock shim (%s)", clock.ShimPath)
+	if err := clock.BuildShim(ctx, art.Path); err != nil {
+		return art, err
+	}
+	b.progress("gcc clock shim: done in %.1fs", time.Since(start).Seconds())
+	pruneOld(cache, prefix, filepath.Base(art.Path))
+	return art, nil
 }

@@ -124,7 +124,7 @@ func NewBuilder(cli *client.Client, log *slog.Logger) *Builder {
 	}
 	return &Builder{
 		Client: cli, CacheDir: filepath.Join(cache, "splitbrain"), Mirror: mirror, Progress: os.Stderr, Log: log,
-		Extra: map[string][]ArtifactFunc{RoleEtcd: {EtcdBinary}},
+		Extra: map[string][]ArtifactFunc{RoleEtcd: {EtcdBinary}, RoleRedis: {ClockShim}},
 	}
 }
 

@@ -49,11 +49,14 @@ const (
 // Op is one operation as an explanation shows it: its invocation and
 // completion merged, times on the run's time base.
 type Op struct {
-	ID      int64          `json:"id"`
-	Client  string         `json:"client"`
-	F       string         `json:"f"`
-	Key     string         `json:"key"`
-	Fenced  bool           `json:"fenced,omitempty"`
+	ID      int64  `json:"id"`
+	Process int    `json:"process"`
+	Client  string `json:"client"`
+	F       string `json:"f"`
+	Key     string `json:"key"`
+	Fenced  bool   `json:"fenced,omitempty"`
+	// Bypass marks a client that writes without the lock and the token.
+	Bypass  bool           `json:"bypass,omitempty"`
 	Token   uint64         `json:"token,omitempty"`
 	Outcome history.Type   `json:"outcome"`
 	Error   string         `json:"error,omitempty"`
@@ -71,7 +74,11 @@ type Op struct {
 	// empty for context.
 	Role string `json:"role,omitempty"`
 
-	src history.Op
+	// succ is the first write that read what this one wrote, sibling the
+	// next write that read the same state.
+	succ, sibling *Op
+	// chainPos is the position on the key's surviving chain, -1 if off it.
+	chainPos int
 }
 
 // acq is when the op got the lock, or its invocation when unknown.
@@ -98,10 +105,10 @@ func (o *Op) end() int64 {
 	return math.MaxInt64
 }
 
-func newOp(h history.Op) *Op {
-	o := &Op{
-		ID: h.Invoke.ID, Client: h.Invoke.Client, F: h.Invoke.F, Key: h.Invoke.Key, Fenced: h.Invoke.Fenced,
-		Outcome: h.Outcome(), Invoke: h.Invoke.Time, src: h,
+func newOp(h *history.Op) Op {
+	o := Op{chainPos: -1,
+		ID: h.Invoke.ID, Client: h.Invoke.Client, F: h.Invoke.F, Key: h.Invoke.Key, Fenced: h.Invoke.Fenced, Bypass: h.Invoke.Bypass,
+		Process: h.Invoke.Process, Outcome: h.Outcome(), Invoke: h.Invoke.Time,
 	}
 	if c := h.Complete; c != nil {
 		o.Complete, o.Token, o.Error = c.Time, c.Token, c.Error
@@ -179,7 +186,7 @@ type ExplainOptions struct {
 	// anomaly.
 	IllegalKeys []string
 	// Verify is how many windows are checked with the linearizability
-	// checker (the first ones, in time order of the history); zero means 50.
+	// checker (the first found, key by key); zero means 50.
 	Verify int
 	// MaxWindowOps caps a window; a longer one is cut to the anomaly's own
 	// operations. Zero means 2000.
@@ -197,6 +204,10 @@ func Explain(events []history.Event, opts ExplainOptions) []Anomaly {
 
 // ExplainContext is [Explain] with a context bounding the checker runs.
 func ExplainContext(ctx context.Context, events []history.Event, opts ExplainOptions) []Anomaly {
+	return explainInput(ctx, checkers.NewInput(events), opts)
+}
+
+func explainInput(ctx context.Context, in checkers.Input, opts ExplainOptions) []Anomaly {
 	if opts.Verify == 0 {
 		opts.Verify = 50
 	}
@@ -206,7 +217,6 @@ func ExplainContext(ctx context.Context, events []history.Event, opts ExplainOpt
 	if opts.CheckTimeout <= 0 {
 		opts.CheckTimeout = 5 * time.Second
 	}
-	in := checkers.NewInput(events)
 	e := &explainer{ctx: ctx, opts: opts, tf: newTimeFmt(in.End), faults: checkers.Windows(in.Faults)}
 	e.index(in)
 	var out []Anomaly
@@ -251,34 +261,39 @@ type explainer struct {
 	byKey  map[string]*keyHist
 	// verified counts the windows checked so far.
 	verified int
+	// writer maps a tag to the write that wrote it.
+	writer map[int64]*Op
 }
 
 // keyHist is one key's operations.
 type keyHist struct {
 	key string
+	// rootSucc lists the writes that read the initial state.
+	rootSucc *Op
 	// model are the operations the checker judges, in invocation order.
 	model []*Op
-	// writes are the writes that took effect, by the tag they wrote.
-	writes map[int64]*Op
-	// succ lists the writes that read each tag.
-	succ map[int64][]*Op
+	// writes are the writes that took effect, in invocation order.
+	writes []*Op
 	// finals are the ok plain reads, in completion order.
 	finals []*Op
 }
 
 func (e *explainer) index(in checkers.Input) {
-	observed := map[int64]bool{}
+	observed := make(map[int64]bool, len(in.Ops))
 	for _, op := range in.Ops {
 		if c := op.Complete; c != nil && c.Read != nil {
 			observed[c.Read.Tag] = true
 		}
 	}
 	e.byKey = map[string]*keyHist{}
-	for _, h := range in.Ops {
-		o := newOp(h)
+	e.writer = make(map[int64]*Op, len(in.Ops))
+	all := make([]Op, len(in.Ops))
+	for i := range in.Ops {
+		o := &all[i]
+		*o = newOp(&in.Ops[i])
 		k := e.byKey[o.Key]
 		if k == nil {
-			k = &keyHist{key: o.Key, writes: map[int64]*Op{}, succ: map[int64][]*Op{}}
+			k = &keyHist{key: o.Key}
 			e.byKey[o.Key] = k
 			e.keys = append(e.keys, o.Key)
 		}
@@ -290,16 +305,12 @@ func (e *explainer) index(in checkers.Input) {
 			}
 		case o.F != history.FCriticalSection:
 		case o.Outcome == history.OK && o.Read != nil && o.Write != nil,
-			o.Outcome == history.Info && observed[o.ID] && o.Write != nil:
-			k.model = append(k.model, o)
-			k.writes[o.Write.Tag] = o
-			if o.Read != nil {
-				k.succ[o.Read.Tag] = append(k.succ[o.Read.Tag], o)
-			}
-		case o.Outcome == history.Info && observed[o.ID]:
+			o.Outcome == history.Info && observed[o.ID] && o.Write != nil,
 			// A blind write: it took effect, but what it read is unknown.
+			o.Outcome == history.Info && observed[o.ID]:
 			k.model = append(k.model, o)
-			k.writes[o.ID] = o
+			k.writes = append(k.writes, o)
+			e.writer[o.writeTag()] = o
 		case o.Outcome == history.Fail && o.Read != nil:
 			k.model = append(k.model, o)
 		}
@@ -307,8 +318,17 @@ func (e *explainer) index(in checkers.Input) {
 	sort.Strings(e.keys)
 	for _, k := range e.byKey {
 		sort.SliceStable(k.finals, func(i, j int) bool { return k.finals[i].Complete < k.finals[j].Complete })
-		for _, s := range k.succ {
-			sort.SliceStable(s, func(i, j int) bool { return s[i].wrote() < s[j].wrote() })
+		// Successor lists, each in order of the writes' landing.
+		for i := len(k.writes) - 1; i >= 0; i-- {
+			w := k.writes[i]
+			if w.Read == nil {
+				continue
+			}
+			if p := e.writer[w.Read.Tag]; p != nil && p.Key == k.key {
+				w.sibling, p.succ = p.succ, w
+			} else if w.Read.Tag == 0 {
+				w.sibling, k.rootSucc = k.rootSucc, w
+			}
 		}
 	}
 }
@@ -317,26 +337,24 @@ func (e *explainer) index(in checkers.Input) {
 // the last read saw back to the initial state.
 type chain struct {
 	ops []*Op // oldest first
-	pos map[int64]int
 	// rootKnown says the chain reaches the initial state (tag 0).
 	rootKnown bool
-	tip       int64
 }
 
 // hasTag reports whether tag is a state of the chain.
-func (c *chain) hasTag(tag int64) bool {
+func (c *chain) hasTag(e *explainer, tag int64) bool {
 	if tag == 0 {
 		return c.rootKnown
 	}
-	_, ok := c.pos[tag]
-	return ok
+	w := e.writer[tag]
+	return w != nil && w.chainPos >= 0
 }
 
 // next is the chain write that read tag, nil when tag is the tip.
-func (c *chain) next(tag int64) *Op {
+func (c *chain) next(e *explainer, tag int64) *Op {
 	i := -1
 	if tag != 0 {
-		i = c.pos[tag]
+		i = e.writer[tag].chainPos
 	}
 	if i+1 < len(c.ops) {
 		return c.ops[i+1]
@@ -344,13 +362,21 @@ func (c *chain) next(tag int64) *Op {
 	return nil
 }
 
-func (k *keyHist) chain() (*chain, *Op) {
-	c := &chain{pos: map[int64]int{}}
+// writerOf is the write of k that wrote tag, or nil.
+func (e *explainer) writerOf(k *keyHist, tag int64) *Op {
+	if w := e.writer[tag]; w != nil && w.Key == k.key {
+		return w
+	}
+	return nil
+}
+
+func (e *explainer) chain(k *keyHist) (*chain, *Op) {
+	c := &chain{}
 	var final *Op
 	tip := int64(-1)
 	if n := len(k.finals); n > 0 {
 		final = k.finals[n-1]
-		if t := final.Read.Tag; t == 0 || k.writes[t] != nil {
+		if t := final.Read.Tag; t == 0 || e.writerOf(k, t) != nil {
 			tip = t
 		}
 	}
@@ -369,19 +395,20 @@ func (k *keyHist) chain() (*chain, *Op) {
 		tip = last.writeTag()
 		final = nil
 	}
-	c.tip = tip
+	for _, w := range k.writes {
+		w.chainPos = -1
+	}
 	var rev []*Op
-	seen := map[int64]bool{}
 	for t := tip; ; {
 		if t == 0 {
 			c.rootKnown = true
 			break
 		}
-		w := k.writes[t]
-		if w == nil || seen[t] {
+		w := e.writerOf(k, t)
+		if w == nil || w.chainPos >= 0 {
 			break
 		}
-		seen[t] = true
+		w.chainPos = len(rev) // provisional, fixed below
 		rev = append(rev, w)
 		if w.Read == nil {
 			break // a blind write: what came before is unknown
@@ -391,7 +418,7 @@ func (k *keyHist) chain() (*chain, *Op) {
 	slices.Reverse(rev)
 	c.ops = rev
 	for i, w := range rev {
-		c.pos[w.writeTag()] = i
+		w.chainPos = i
 	}
 	return c, final
 }
@@ -411,18 +438,14 @@ func (e *explainer) explainKey(k *keyHist) []Anomaly {
 	if len(k.writes) == 0 {
 		return nil
 	}
-	ch, final := k.chain()
+	ch, final := e.chain(k)
 	var heads []*Op
-	lost := map[int64]bool{}
-	for tag, w := range k.writes {
-		if _, on := ch.pos[tag]; !on {
-			lost[tag] = true
-			if w.Read != nil && ch.hasTag(w.Read.Tag) {
-				heads = append(heads, w)
-			}
+	for _, w := range k.writes {
+		if w.chainPos < 0 && w.Read != nil && ch.hasTag(e, w.Read.Tag) {
+			heads = append(heads, w)
 		}
 	}
-	sort.Slice(heads, func(i, j int) bool { return heads[i].wrote() < heads[j].wrote() })
+	sort.SliceStable(heads, func(i, j int) bool { return heads[i].wrote() < heads[j].wrote() })
 	var out []Anomaly
 	for _, h := range heads {
 		var branch []*Op
@@ -431,15 +454,14 @@ func (e *explainer) explainKey(k *keyHist) []Anomaly {
 			w := queue[0]
 			queue = queue[1:]
 			branch = append(branch, w)
-			for _, s := range k.succ[w.writeTag()] {
-				if lost[s.writeTag()] {
+			for s := w.succ; s != nil; s = s.sibling {
+				if s.chainPos < 0 {
 					queue = append(queue, s)
 				}
 			}
 		}
 		sort.SliceStable(branch, func(i, j int) bool { return branch[i].wrote() < branch[j].wrote() })
-		a := e.explainBranch(k, ch, final, h, branch)
-		out = append(out, a)
+		out = append(out, e.explainBranch(k, ch, final, h, branch))
 	}
 	return out
 }
@@ -448,10 +470,14 @@ func (e *explainer) explainKey(k *keyHist) []Anomaly {
 // state t, which the chain continued from with write s.
 func (e *explainer) explainBranch(k *keyHist, ch *chain, final *Op, h *Op, branch []*Op) Anomaly {
 	t := *h.Read
-	s := ch.next(t.Tag)
+	s := ch.next(e, t.Tag)
 	a := Anomaly{Key: k.key}
 	var core []*Op
 	switch {
+	case s != nil && (s.Bypass || h.Bypass):
+		a.Kind = LostUpdate
+		core = append([]*Op{s}, branch...)
+		e.textBypass(&a, t, s, h, branch)
 	case s == nil:
 		a.Kind = LostWrite
 		core = slices.Clone(branch)
@@ -517,17 +543,39 @@ func (e *explainer) faultWords(client string, ws []checkers.Window, before int64
 			}
 			parts = append(parts, fmt.Sprintf("while %s %s paused %s", list(w.Targets), verb, e.tf.span(w.Start, w.End)))
 		default:
-			what := w.F
+			who := "the run"
 			if len(w.Targets) > 0 {
-				what += " of " + list(w.Targets)
+				who = list(w.Targets)
+			}
+			if self {
+				who = "it"
+			}
+			var what string
+			switch w.F {
+			case "partition":
+				what = "while " + who + " " + isAre(w.Targets, self) + " cut off by a network partition"
+			case "clock":
+				what = "while the clock of " + who + " " + isAre(w.Targets, self) + " skewed"
+			case "kill":
+				what = "while " + who + " " + isAre(w.Targets, self) + " killed and restarted"
+			default:
+				what = "during fault " + w.F + " on " + who
 			}
 			if w.Detail != "" {
 				what += " (" + w.Detail + ")"
 			}
-			parts = append(parts, "during a "+what+" "+e.tf.span(w.Start, w.End))
+			parts = append(parts, what+" "+e.tf.span(w.Start, w.End))
 		}
 	}
 	return strings.Join(parts, "; "), resumed
+}
+
+// isAre is "was" or "were" for the targets of a fault.
+func isAre(targets []string, self bool) string {
+	if len(targets) > 1 && !self {
+		return "were"
+	}
+	return "was"
 }
 
 // leaseWords says how the late writer's lease ended, given the newer
@@ -642,7 +690,7 @@ func (e *explainer) textLateOverwritten(a *Anomaly, late, s *Op, ch *chain, bran
 	}
 	// The chain writes between s and the late write's landing were rolled
 	// back by it; the first chain write after the branch overwrote it.
-	i := ch.pos[s.writeTag()]
+	i := s.chainPos
 	var rolled []*Op
 	var over *Op
 	lastBranch := branch[len(branch)-1].wrote()
@@ -708,6 +756,34 @@ func (e *explainer) textStale(a *Anomaly, t history.Value, s, h *Op, branch []*O
 		reader.Write.Value, e.tf.at(reader.wrote()), increments(branch))
 }
 
+// textBypass explains a fork where one of the writers took no lock.
+func (e *explainer) textBypass(a *Anomaly, t history.Value, s, h *Op, branch []*Op) {
+	by, other := s, h
+	if !s.Bypass {
+		by, other = h, s
+	}
+	a.Late = ptr(withRole(by, RoleLate))
+	for _, o := range branch {
+		a.Lost = append(a.Lost, withRole(o, RoleLost))
+	}
+	if !other.Bypass {
+		a.Newer = []Op{withRole(other, RoleNewer)}
+	}
+	a.Faults = e.overlapping(min(by.Invoke, other.acq()), max(by.wrote(), other.wrote()))
+	a.Title = fmt.Sprintf("Lost update on %s: %s wrote without the lock", by.Key, by.Client)
+	held := fmt.Sprintf("Client %s, holding %s on %s from %s,", other.Client, tokenWords(other.Token), other.Key, e.tf.at(other.acq()))
+	if other.Bypass {
+		held = fmt.Sprintf("Client %s, another bypass writer,", other.Client)
+	}
+	a.Text = fmt.Sprintf("Client %s writes without taking the lock or presenting a token (a bypass writer): invoked at %s, it read %d on %s and its write of %d was accepted at %s. "+
+		"%s had read %d too and wrote %d at %s. The counter went on from %s's write, so %s was lost: a lock only protects data from clients that take it.",
+		by.Client, e.tf.at(by.Invoke), t.Value, by.Key, by.Write.Value, e.tf.at(by.wrote()),
+		held, t.Value, other.Write.Value, e.tf.at(other.wrote()), s.Client, increments(branch))
+	if fw, _ := e.faultWords(by.Client, a.Faults, by.wrote()); fw != "" {
+		a.Text += " It happened " + fw + "."
+	}
+}
+
 func (e *explainer) textLostWrite(a *Anomaly, t history.Value, branch []*Op, final *Op) {
 	h := branch[0]
 	a.Late = ptr(withRole(h, RoleLate))
@@ -728,7 +804,6 @@ func (e *explainer) textLostWrite(a *Anomaly, t history.Value, branch []*Op, fin
 }
 
 func ptr[T any](v T) *T { return &v }
-
 
 // window cuts the history of a key down to an anomaly: the operations
 // invoked and completed within the span of its core operations (the late
@@ -877,11 +952,21 @@ func windowEvents(prefix history.Value, ops []*Op) []history.Event {
 		evs = append(evs, inv, done)
 	}
 	for _, o := range ops {
-		evs = append(evs, o.src.Invoke)
-		if o.src.Complete != nil {
-			evs = append(evs, *o.src.Complete)
-		}
+		evs = append(evs, o.events()...)
 	}
 	sort.SliceStable(evs, func(i, j int) bool { return evs[i].Time < evs[j].Time })
 	return evs
+}
+
+// events rebuilds the operation's invocation and completion.
+func (o *Op) events() []history.Event {
+	inv := history.Event{Time: o.Invoke, Type: history.Invoke, Process: o.Process, Client: o.Client, ID: o.ID, F: o.F, Key: o.Key, Fenced: o.Fenced, Bypass: o.Bypass}
+	if o.Complete == 0 {
+		return []history.Event{inv}
+	}
+	done := inv
+	done.Time, done.Type, done.Token, done.Error = o.Complete, o.Outcome, o.Token, o.Error
+	done.Read, done.Write = o.Read, o.Write
+	done.Acquired, done.WriteAt, done.Released = o.Acquired, o.WriteAt, o.Released
+	return []history.Event{inv, done}
 }

@@ -1,7 +1,6 @@
 package report
 
 import (
-	"cmp"
 	"fmt"
 	"math"
 	"slices"
@@ -377,13 +376,14 @@ func splitNum(s string) (string, int) {
 	return s[:i], n
 }
 
-// maxDrawnHolds is the number of holds drawn one by one; beyond it
-// adjacent holds of a client closer than a pixel are merged.
+// maxDrawnHolds is the number of holds drawn one by one; beyond it each
+// client's holds closer than a pixel are merged into one bar.
 const maxDrawnHolds = 3000
 
 // timelineChart draws each client's critical sections as bars on its own
 // row (who held which key with which token when), marks each write, shades
-// the client's own pauses and highlights overlapping holds.
+// the client's own pauses and highlights overlapping holds. It returns the
+// number of overlapping pairs.
 func timelineChart(holds []checkers.Hold, ax xAxis, faults []checkers.Window, late map[int64]bool) (chart, int) {
 	var clients []string
 	seen := map[string]bool{}
@@ -400,7 +400,7 @@ func timelineChart(holds []checkers.Hold, ax xAxis, faults []checkers.Window, la
 	}
 	const rowH, gap = 18.0, 6.0
 	y0 := float64(padTop)
-	y1 := y0 + float64(len(clients))*(rowH+gap)
+	y1 := y0 + float64(max(len(clients), 1))*(rowH+gap)
 	c := chart{ID: "timeline", Title: "Critical sections per client", Width: chartWidth, Height: int(y1) + padBottom,
 		Desc: "One row per client; each bar is a hold of a key's lock, labelled with its token; overlapping holds outlined in red."}
 	c.frame(ax, y0, y1, faults)
@@ -410,8 +410,11 @@ func timelineChart(holds []checkers.Hold, ax xAxis, faults []checkers.Window, la
 	}
 	// The client's own pauses, on its row.
 	for _, w := range faults {
+		if w.F != "pause" {
+			continue
+		}
 		for _, t := range w.Targets {
-			if _, ok := row[t]; ok && w.F == "pause" {
+			if _, ok := row[t]; ok {
 				x0, x1 := ax.x(w.Start), ax.x(w.End)
 				c.Rects = append(c.Rects, svgRect{X: num(x0), Y: num(ry(t) - gap/2 + 1), W: num(max(x1-x0, 1)), H: num(rowH + gap - 2), Class: "paused",
 					Title: fmt.Sprintf("%s paused %s", t, ax.tf.span(w.Start, w.End))})
@@ -433,81 +436,107 @@ func timelineChart(holds []checkers.Hold, ax xAxis, faults []checkers.Window, la
 	}
 	overlapped, pairs := overlaps(holds)
 	merge := len(holds) > maxDrawnHolds
+	// Each client's holds, in order of start (holds are).
+	byClient := make([][]checkers.Hold, len(clients))
+	counts := make([]int, len(clients))
+	for i := range holds {
+		counts[row[holds[i].Client]]++
+	}
+	for i, n := range counts {
+		byClient[i] = make([]checkers.Hold, 0, n)
+	}
+	for _, h := range holds {
+		byClient[row[h.Client]] = append(byClient[row[h.Client]], h)
+	}
 	drawn, merged := 0, 0
-	type bar struct {
-		x0, x1 float64
-		end    int64
-		n      int
-		key    string
-		first  checkers.Hold
-	}
-	flush := func(b *bar) {
-		if b == nil || b.n == 0 {
-			return
-		}
-		y := ry(b.first.Client)
-		if b.n > 1 {
-			fill := keys[b.key]
-			if b.key == "" {
-				fill = "#90a4ae"
+	for ci, cl := range clients {
+		hs := byClient[ci]
+		y := ry(cl)
+		for i := 0; i < len(hs); {
+			h := hs[i]
+			j := i + 1
+			x1 := ax.x(h.End)
+			if merge {
+				for j < len(hs) && ax.x(hs[j].Start)-x1 < 1 {
+					x1 = max(x1, ax.x(hs[j].End))
+					j++
+				}
 			}
-			merged += b.n
-			c.Rects = append(c.Rects, svgRect{X: num(b.x0), Y: num(y), W: num(max(b.x1-b.x0, 1)), H: num(rowH), Fill: fill, Class: "hold merged",
-				Title: fmt.Sprintf("%s: %d holds merged, %s", b.first.Client, b.n, ax.tf.span(b.first.Start, b.end))})
-			return
-		}
-		c.holdBar(b.first, ax, y, rowH, keys[b.first.Key], overlapped[b.first.ID], late[b.first.ID])
-		drawn++
-	}
-	cur := map[string]*bar{}
-	sorted := slices.Clone(holds)
-	sort.SliceStable(sorted, func(i, j int) bool { return sorted[i].Start < sorted[j].Start })
-	for _, h := range sorted {
-		x0, x1 := ax.x(h.Start), ax.x(h.End)
-		if !merge || overlapped[h.ID] || late[h.ID] {
-			c.holdBar(h, ax, ry(h.Client), rowH, keys[h.Key], overlapped[h.ID], late[h.ID])
-			drawn++
-			continue
-		}
-		b := cur[h.Client]
-		if b != nil && x0-b.x1 < 1 {
-			b.x1, b.end = max(b.x1, x1), max(b.end, h.End)
-			b.n++
-			if b.key != h.Key {
-				b.key = ""
+			if j == i+1 {
+				c.holdBar(h, ax, y, rowH, keys[h.Key], overlapped[h.ID], late[h.ID], !merge)
+				drawn++
+				i = j
+				continue
 			}
-			continue
+			// A merged bar: the key's colour if all share one, outlined if
+			// any of them overlapped another hold.
+			fill, class, nOver, end := keys[h.Key], "hold merged", 0, h.End
+			for _, m := range hs[i:j] {
+				if keys[m.Key] != fill {
+					fill = "#90a4ae"
+				}
+				if overlapped[m.ID] {
+					nOver++
+				}
+				end = max(end, m.End)
+			}
+			if nOver > 0 {
+				class += " overlap"
+			}
+			x0 := ax.x(h.Start)
+			c.Rects = append(c.Rects, svgRect{X: num(x0), Y: num(y), W: num(max(x1-x0, 1)), H: num(rowH), Fill: fill, Class: class,
+				Title: fmt.Sprintf("%s: %d holds %s, %d of them overlapping another", cl, j-i, ax.tf.span(h.Start, end), nOver)})
+			merged += j - i
+			// Late and refused writes keep their marks.
+			for _, m := range hs[i:j] {
+				if late[m.ID] || m.Error == history.ErrStaleToken {
+					c.writeTick(m, ax, y, rowH, late[m.ID])
+				}
+			}
+			i = j
 		}
-		flush(b)
-		cur[h.Client] = &bar{x0: x0, x1: x1, end: h.End, n: 1, key: h.Key, first: h}
+	}
+	// The overlaps themselves, underlined on both rows (adjacent ones
+	// merged per row when there are many).
+	type span struct{ s, e int64 }
+	under := map[string][]span{}
+	for _, p := range pairs {
+		s, e := p.Second.Start, min(p.First.End, p.Second.End)
+		under[p.First.Client] = append(under[p.First.Client], span{s, e})
+		under[p.Second.Client] = append(under[p.Second.Client], span{s, e})
 	}
 	for _, cl := range clients {
-		flush(cur[cl])
-	}
-	// Each overlap, on both rows.
-	shown := 0
-	for _, p := range pairs {
-		if shown >= 2000 {
-			break
-		}
-		shown++
-		s, e := p.Second.Start, min(p.First.End, p.Second.End)
-		for _, h := range []checkers.Hold{p.First, p.Second} {
-			c.Rects = append(c.Rects, svgRect{X: num(ax.x(s)), Y: num(ry(h.Client) + rowH - 4), W: num(max(ax.x(e)-ax.x(s), 1.5)), H: "4", Class: "ovl",
-				Title: fmt.Sprintf("overlap on %s: %s (token %d) and %s (token %d) both held it %s", p.Key, p.First.Client, p.First.Token, p.Second.Client, p.Second.Token, ax.tf.span(s, e))})
+		spans := under[cl]
+		sort.Slice(spans, func(i, j int) bool { return spans[i].s < spans[j].s })
+		for i := 0; i < len(spans); {
+			s, e, n := spans[i].s, spans[i].e, 1
+			j := i + 1
+			for merge && j < len(spans) && ax.x(spans[j].s)-ax.x(e) < 1 {
+				e = max(e, spans[j].e)
+				j, n = j+1, n+1
+			}
+			title := fmt.Sprintf("%s overlapped another holder %s", cl, ax.tf.span(s, e))
+			if n > 1 {
+				title = fmt.Sprintf("%s: %d overlaps %s", cl, n, ax.tf.span(s, e))
+			}
+			c.Rects = append(c.Rects, svgRect{X: num(ax.x(s)), Y: num(ry(cl) + rowH - 4), W: num(max(ax.x(e)-ax.x(s), 1.5)), H: "4", Class: "ovl", Title: title})
+			i = j
 		}
 	}
 	c.Legend = append(c.Legend, legendItem{Color: "#d32f2f", Label: "overlapping hold", Class: "outline"},
 		legendItem{Color: "#000", Label: "write sent", Class: "tick"},
-		legendItem{Color: "#d32f2f", Label: "write refused (stale token)", Class: "tick"})
+		legendItem{Color: "#d32f2f", Label: "late write accepted / refused (dashed)", Class: "tick"})
 	c.Legend = append(c.Legend, faultLegend(faults)...)
 	if merged > 0 {
-		c.Note = fmt.Sprintf("%d holds drawn one by one (all overlapping ones among them); %d shorter than a pixel merged into grey-labelled bars.", drawn, merged)
+		c.Note = fmt.Sprintf("%d holds: %d drawn one by one, %d closer than a pixel merged into bars (grey when of several keys).", len(holds), drawn, merged)
+	}
+	if len(holds) == 0 {
+		c.Note = "No client was granted a lock."
 	}
 	return c, len(pairs)
 }
 
-func (c *chart) holdBar(h checkers.Hold, ax xAxis, y, rowH float64, fill string, overlap, late bool) {
+func (c *chart) holdBar(h checkers.Hold, ax xAxis, y, rowH float64, fill string, overlap, late, ticks bool) {
 	x0, x1 := ax.x(h.Start), ax.x(h.End)
 	w := max(x1-x0, 1)
 	class := "hold"
@@ -529,72 +558,74 @@ func (c *chart) holdBar(h checkers.Hold, ax xAxis, y, rowH float64, fill string,
 	if label := strconv.FormatUint(h.Token, 10); h.Token != 0 && w >= float64(len(label))*6+4 {
 		c.Texts = append(c.Texts, svgText{X: num(x0 + w/2), Y: num(y + rowH/2), Text: label, Anchor: "middle", Class: "barlabel ymid"})
 	}
-	if h.WriteAt > 0 {
-		stroke, cls := "#000", "wtick"
-		switch {
-		case h.Error == history.ErrStaleToken:
-			stroke, cls = "#d32f2f", "wtick refused"
-		case late:
-			stroke, cls = "#d32f2f", "wtick late"
-		}
-		x := num(ax.x(h.WriteAt))
-		c.Lines = append(c.Lines, svgLine{X1: x, Y1: num(y - 2), X2: x, Y2: num(y + rowH + 2), Stroke: stroke, Class: cls, Title: "write sent at " + ax.tf.at(h.WriteAt)})
+	if h.WriteAt > 0 && (ticks || late || h.Error == history.ErrStaleToken) {
+		c.writeTick(h, ax, y, rowH, late)
 	}
 }
 
-// overlaps finds every pair of holds of one key that overlap in time.
+// writeTick marks when a hold's write was sent: red when it was a late
+// write that was accepted, red and dashed when the store refused it.
+func (c *chart) writeTick(h checkers.Hold, ax xAxis, y, rowH float64, late bool) {
+	stroke, cls, what := "#000", "wtick", "write sent"
+	switch {
+	case h.Error == history.ErrStaleToken:
+		stroke, cls, what = "#d32f2f", "wtick refused", "write refused (stale token), sent"
+	case late:
+		stroke, cls, what = "#d32f2f", "wtick late", "late write accepted, sent"
+	}
+	x := num(ax.x(h.WriteAt))
+	c.Lines = append(c.Lines, svgLine{X1: x, Y1: num(y + 3), X2: x, Y2: num(y + rowH - 3), Stroke: stroke, Class: cls,
+		Title: fmt.Sprintf("%s (token %d): %s at %s", h.Client, h.Token, what, ax.tf.at(h.WriteAt))})
+}
+
+// overlaps finds every pair of holds of one key that overlap in time;
+// holds are in order of start.
 func overlaps(holds []checkers.Hold) (map[int64]bool, []checkers.Overlap) {
-	byKey := map[string][]checkers.Hold{}
-	for _, h := range holds {
-		byKey[h.Key] = append(byKey[h.Key], h)
-	}
-	keys := make([]string, 0, len(byKey))
-	for k := range byKey {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
 	marked := map[int64]bool{}
 	var pairs []checkers.Overlap
-	for _, k := range keys {
-		hs := byKey[k]
-		sort.SliceStable(hs, func(i, j int) bool { return hs[i].Start < hs[j].Start })
-		var open []checkers.Hold
-		for _, h := range hs {
-			open = slices.DeleteFunc(open, func(o checkers.Hold) bool { return o.End <= h.Start })
-			for _, o := range open {
-				marked[o.ID], marked[h.ID] = true, true
-				pairs = append(pairs, checkers.Overlap{Key: k, First: o, Second: h, Duration: time.Duration(min(o.End, h.End) - h.Start)})
-			}
-			open = append(open, h)
+	open := map[string][]int{}
+	for i := range holds {
+		h := &holds[i]
+		o := slices.DeleteFunc(open[h.Key], func(j int) bool { return holds[j].End <= h.Start })
+		for _, j := range o {
+			f := &holds[j]
+			marked[f.ID], marked[h.ID] = true, true
+			pairs = append(pairs, checkers.Overlap{Key: h.Key, First: *f, Second: *h, Duration: time.Duration(min(f.End, h.End) - h.Start)})
 		}
+		open[h.Key] = append(o, i)
 	}
-	slices.SortStableFunc(pairs, func(a, b checkers.Overlap) int { return cmp.Compare(a.Second.Start, b.Second.Start) })
 	return marked, pairs
 }
 
 // windowChart draws an anomaly's window: one row per operation, the
 // invocation-to-completion span thin, the hold thick in the colour of the
-// operation's role, its write as a tick.
-func windowChart(id string, w *Window, faults []checkers.Window, tf timeFmt) chart {
+// operation's role, its write as a tick, and the late writer's lease
+// expiry.
+func windowChart(id string, ops []Op, a Anomaly, faults []checkers.Window, tf timeFmt, ttl time.Duration) chart {
 	const rowH, gap = 14.0, 6.0
 	const maxRows = 60
-	ops := w.Ops
 	note := ""
 	if len(ops) > maxRows {
-		note = fmt.Sprintf("First %d of %d operations shown; the table lists all.", maxRows, len(ops))
+		note = fmt.Sprintf("First %d of %d operations shown; the table lists more.", maxRows, len(ops))
 		ops = ops[:maxRows]
 	}
-	end := w.End
+	start, end := int64(math.MaxInt64), int64(0)
 	for _, o := range ops {
-		end = max(end, o.Released, o.WriteAt)
+		start = min(start, o.Invoke)
+		end = max(end, o.Complete, o.Released, o.WriteAt)
 	}
-	pad := max((end-w.Start)/40, 1)
-	ax := newXAxis(w.Start-pad, end+pad, tf)
-	ax.x0 = 150
+	var expiry int64
+	if a.Late != nil && ttl > 0 && a.Late.Acquired > 0 {
+		expiry = a.Late.Acquired + int64(ttl)
+		end = max(end, expiry)
+	}
+	pad := max((end-start)/40, 1)
+	ax := newXAxis(start-pad, end+pad, tf)
+	ax.x0 = 130
 	y0 := float64(padTop)
 	y1 := y0 + float64(len(ops))*(rowH+gap)
 	c := chart{ID: id, Title: "Window", Width: chartWidth, Height: int(y1) + padBottom, Note: note,
-		Desc: "The operations of the anomaly's window, one per row: thin line from invocation to completion, bar for the hold, tick for the write."}
+		Desc: "The operations of the anomaly's window, one per row in order of lock grant: thin line from invocation to completion, bar for the hold, tick for the write."}
 	var fs []checkers.Window
 	for _, f := range faults {
 		if f.End >= ax.t0 && f.Start <= ax.t1 {
@@ -620,20 +651,39 @@ func windowChart(id string, w *Window, faults []checkers.Window, tf timeFmt) cha
 		}
 		title := opTitle(o, tf)
 		c.Lines = append(c.Lines, svgLine{X1: num(ax.x(o.Invoke)), Y1: mid, X2: num(ax.x(endT)), Y2: mid, Stroke: color, Class: "span", Title: title})
+		barStart := ax.x(o.Invoke)
 		if o.Acquired > 0 {
 			rel := o.Released
 			if rel == 0 {
 				rel = endT
 			}
 			x0, x1 := ax.x(o.Acquired), ax.x(rel)
+			barStart = x0
 			c.Rects = append(c.Rects, svgRect{X: num(x0), Y: num(y + 2), W: num(max(x1-x0, 1.5)), H: num(rowH - 4), Fill: color, Class: "hold", Title: title})
 		}
 		if o.WriteAt > 0 {
 			x := num(ax.x(o.WriteAt))
 			c.Lines = append(c.Lines, svgLine{X1: x, Y1: num(y - 1), X2: x, Y2: num(y + rowH + 1), Stroke: "#000", Class: "wtick", Title: "write sent at " + tf.at(o.WriteAt)})
 		}
+		// The words go right of the operation, else left of its start,
+		// else inside its hold; the table has them anyway.
 		what := opWhat(o)
-		c.Texts = append(c.Texts, svgText{X: num(min(ax.x(endT)+4, ax.x1-4)), Y: mid, Text: what, Anchor: anchorFor(ax.x(endT), ax.x1), Class: "oplabel ymid"})
+		width := float64(len(what))*5.6 + 4
+		holdEnd := ax.x(o.Released)
+		switch xe := ax.x(endT) + 5; {
+		case xe+width < ax.x1:
+			c.Texts = append(c.Texts, svgText{X: num(xe), Y: mid, Text: what, Class: "oplabel ymid"})
+		case ax.x(o.Invoke)-5-width > ax.x0:
+			c.Texts = append(c.Texts, svgText{X: num(ax.x(o.Invoke) - 5), Y: mid, Text: what, Anchor: "end", Class: "oplabel ymid"})
+		case o.Acquired > 0 && o.Released > 0 && holdEnd-barStart > width:
+			c.Texts = append(c.Texts, svgText{X: num((barStart + holdEnd) / 2), Y: mid, Text: what, Anchor: "middle", Class: "barlabel ymid"})
+		}
+	}
+	if expiry > 0 {
+		x := num(ax.x(expiry))
+		c.Lines = append(c.Lines, svgLine{X1: x, Y1: num(y0 - 4), X2: x, Y2: num(y1), Stroke: "#f57c00", Class: "lease",
+			Title: fmt.Sprintf("%s's lease (TTL %s) ends at %s", a.Late.Client, dur(ttl), tf.at(expiry))})
+		c.Texts = append(c.Texts, svgText{X: num(ax.x(expiry) + 3), Y: num(y0 - 6), Text: fmt.Sprintf("%s's lease ends", a.Late.Client), Class: "llabel"})
 	}
 	for _, r := range []string{RoleLate, RoleLost, RoleNewer, RoleOverwriter, RoleFinal, ""} {
 		for _, o := range ops {
@@ -647,14 +697,11 @@ func windowChart(id string, w *Window, faults []checkers.Window, tf timeFmt) cha
 			}
 		}
 	}
-	return c
-}
-
-func anchorFor(x, right float64) string {
-	if x+4 > right-120 {
-		return "end"
+	if expiry > 0 {
+		c.Legend = append(c.Legend, legendItem{Color: "#f57c00", Label: "late writer's lease ends", Class: "tick"})
 	}
-	return "start"
+	c.Legend = append(c.Legend, faultLegend(fs)...)
+	return c
 }
 
 // opWhat is "read 41, wrote 42" or "read 41, refused (stale-token)".

@@ -12,6 +12,7 @@ package report
 
 import (
 	"bytes"
+	"context"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -20,7 +21,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -34,56 +35,74 @@ import (
 var templateFS embed.FS
 
 var templates = template.Must(template.New("").Funcs(template.FuncMap{
-	"dur":     func(d time.Duration) string { return dur(d) },
-	"verdict": func(v checkers.Verdict) string { return v.String() },
-	"date":    func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
-	"ops":     func(v float64) string { return trimFloat(v, 1) },
+	"plural": plural,
 }).ParseFS(templateFS, "templates/*.tmpl"))
 
-// maxAnomalies is the number of anomalies shown in full in a report.
-const maxAnomalies = 30
+// Caps on what a report shows in full: anomalies, and rows of each
+// anomaly's window table.
+const (
+	maxAnomalies  = 20
+	maxWindowRows = 100
+)
 
 // Write renders dir's report (from its results.json and history.jsonl) to
 // dir/report.html, replacing any previous one atomically.
 func Write(dir string) error {
-	var buf bytes.Buffer
-	if err := Render(&buf, dir); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(dir, ".report-*.html")
+	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
-	_, werr := f.Write(buf.Bytes())
-	cerr := f.Close()
-	if err := errors.Join(werr, cerr); err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("write report %s: %w", f.Name(), err)
-	}
-	if err := os.Chmod(f.Name(), 0o644); err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("write report: %w", err)
-	}
-	if err := os.Rename(f.Name(), filepath.Join(dir, ReportFile)); err != nil {
-		os.Remove(f.Name())
-		return fmt.Errorf("write report: %w", err)
-	}
-	return nil
+	defer root.Close()
+	return writeReport(root)
 }
 
 // Render writes dir's report to w.
 func Render(w io.Writer, dir string) error {
-	run, err := LoadRun(dir)
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("render report: %w", err)
+	}
+	defer root.Close()
+	return renderReport(w, root)
+}
+
+// writeReport renders the run directory root's report into it; every file
+// is reached through root, so nothing outside the directory is touched.
+func writeReport(root *os.Root) error {
+	var buf bytes.Buffer
+	if err := renderReport(&buf, root); err != nil {
+		return err
+	}
+	tmp := fmt.Sprintf(".%s.%d-%d.tmp", ReportFile, os.Getpid(), time.Now().UnixNano())
+	if err := root.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("write report in %s: %w", root.Name(), err)
+	}
+	if err := root.Rename(tmp, ReportFile); err != nil {
+		_ = root.Remove(tmp)
+		return fmt.Errorf("write report in %s: %w", root.Name(), err)
+	}
+	return nil
+}
+
+func renderReport(w io.Writer, root *os.Root) error {
+	run, err := loadRun(root)
 	if err != nil {
 		return err
 	}
-	events, _, err := history.ReadFile(filepath.Join(dir, HistoryFile))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("report of %s: %w", dir, err)
+	var events []history.Event
+	data, err := root.ReadFile(HistoryFile)
+	noHistory := errors.Is(err, os.ErrNotExist)
+	switch {
+	case err == nil:
+		if events, _, err = history.Parse(data); err != nil {
+			return fmt.Errorf("report of %s: %s: %w", root.Name(), HistoryFile, err)
+		}
+	case !noHistory:
+		return fmt.Errorf("report of %s: %w", root.Name(), err)
 	}
-	page := buildPage(dir, run, events, err != nil)
+	page := buildPage(root, run, checkers.NewInput(events), noHistory)
 	if err := templates.ExecuteTemplate(w, "report", page); err != nil {
-		return fmt.Errorf("render report of %s: %w", dir, err)
+		return fmt.Errorf("render report of %s: %w", root.Name(), err)
 	}
 	return nil
 }
@@ -97,11 +116,20 @@ type link struct {
 }
 
 type anomalyView struct {
-	N       int
-	Anomaly Anomaly
-	Chart   *chart
-	Rows    []opRow
-	Faults  []string
+	N        int
+	Anomaly  Anomaly
+	Chart    *chart
+	Rows     []opRow
+	MoreRows int
+	Faults   []string
+}
+
+// byGrant orders a window's operations by when they got the lock (or were
+// invoked, for those that never did), which reads as the story.
+func byGrant(ops []Op) []Op {
+	out := slices.Clone(ops)
+	sort.SliceStable(out, func(i, j int) bool { return out[i].acq() < out[j].acq() })
+	return out
 }
 
 type opRow struct {
@@ -117,11 +145,11 @@ type metricRow struct {
 }
 
 type keyRow struct {
-	Key                       string
-	Acknowledged, Observed    int
-	Final                     string
-	Lost                      int64
-	Illegal                   bool
+	Key                    string
+	Acknowledged, Observed int
+	Final                  string
+	Lost                   int64
+	Illegal                bool
 }
 
 type checkerRow struct {
@@ -156,9 +184,8 @@ type reportPage struct {
 	HistoryNotes []string
 }
 
-func buildPage(dir string, run *Run, events []history.Event, noHistory bool) *reportPage {
+func buildPage(root *os.Root, run *Run, in checkers.Input, noHistory bool) *reportPage {
 	start := time.Now()
-	in := checkers.NewInput(events)
 	faults := run.Faults
 	if len(faults) == 0 && len(in.Faults) > 0 {
 		faults = checkers.Windows(in.Faults)
@@ -175,7 +202,7 @@ func buildPage(dir string, run *Run, events []history.Event, noHistory bool) *re
 	if d := run.Checkers.Linearizable.Details; d != nil {
 		illegal = d.IllegalKeys
 	}
-	anomalies := Explain(events, ExplainOptions{LeaseTTL: run.LeaseTTL(), IllegalKeys: illegal})
+	anomalies := explainInput(context.Background(), in, ExplainOptions{LeaseTTL: run.LeaseTTL(), IllegalKeys: illegal})
 	p.Headline = headline(run, anomalies)
 	p.Facts = facts(run, len(faults))
 	late := map[int64]bool{}
@@ -189,9 +216,14 @@ func buildPage(dir string, run *Run, events []history.Event, noHistory bool) *re
 		}
 		v := anomalyView{N: i + 1, Anomaly: a}
 		if a.Window != nil && len(a.Window.Ops) > 0 {
-			c := windowChart(fmt.Sprintf("window-%d", i+1), a.Window, faults, tf)
+			ops := byGrant(a.Window.Ops)
+			c := windowChart(fmt.Sprintf("window-%d", i+1), ops, a, faults, tf, run.LeaseTTL())
 			v.Chart = &c
-			for _, o := range a.Window.Ops {
+			for j, o := range ops {
+				if j == maxWindowRows {
+					v.MoreRows = len(ops) - j
+					break
+				}
 				v.Rows = append(v.Rows, row(o, tf))
 			}
 		}
@@ -234,7 +266,7 @@ func buildPage(dir string, run *Run, events []history.Event, noHistory bool) *re
 	}
 	p.Options = optionRows(run)
 	p.Versions = versionRows(run)
-	p.Links, p.Logs = links(dir)
+	p.Links, p.Logs = links(root)
 	p.Errors = run.Errors
 	if run.History.TornTail {
 		p.HistoryNotes = append(p.HistoryNotes, fmt.Sprintf("The history's last line was torn (%d bytes dropped), as after a crash.", run.History.TornBytes))
@@ -261,7 +293,11 @@ func headline(run *Run, as []Anomaly) string {
 			parts = append(parts, "not linearizable on "+list(d.IllegalKeys))
 		}
 		if len(as) > 0 {
-			parts = append(parts, plural(len(as), "anomaly")+" explained below")
+			n := "1 anomaly"
+			if len(as) != 1 {
+				n = fmt.Sprintf("%d anomalies", len(as))
+			}
+			parts = append(parts, n+" explained below")
 		}
 		if len(parts) == 0 {
 			return "Invalid."
@@ -436,25 +472,25 @@ func versionRows(run *Run) []kv {
 }
 
 // links lists the run directory's files a reader may want.
-func links(dir string) (files, logs []link) {
+func links(root *os.Root) (files, logs []link) {
 	for _, f := range []struct{ name, note string }{
 		{VisualizationFile, "Porcupine's view of the checked operations, faults as annotations"},
 		{HistoryFile, "every event, one JSON object per line"},
 		{ResultsFile, "verdict, options, checker sections, metrics"},
 		{HarnessLogFile, "the harness's log"},
 	} {
-		if st, err := os.Stat(filepath.Join(dir, f.name)); err == nil && !st.IsDir() {
+		if st, err := root.Stat(f.name); err == nil && st.Mode().IsRegular() {
 			files = append(files, link{Href: f.name, Label: f.name, Note: f.note + " (" + size(st.Size()) + ")"})
 		}
 	}
-	entries, err := os.ReadDir(filepath.Join(dir, LogsDir))
+	entries, err := fs.ReadDir(root.FS(), LogsDir)
 	if err == nil {
 		for _, e := range entries {
-			if e.IsDir() || !strings.HasSuffix(e.Name(), ".log") {
+			if !e.Type().IsRegular() || !strings.HasSuffix(e.Name(), ".log") {
 				continue
 			}
 			note := ""
-			if info, err := e.Info(); err == nil && info.Mode()&fs.ModeType == 0 {
+			if info, err := e.Info(); err == nil {
 				note = size(info.Size())
 			}
 			logs = append(logs, link{Href: LogsDir + "/" + e.Name(), Label: strings.TrimSuffix(e.Name(), ".log"), Note: note})

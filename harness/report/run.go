@@ -83,13 +83,26 @@ type Metrics struct {
 
 // LoadRun reads dir's results.json.
 func LoadRun(dir string) (*Run, error) {
-	b, err := os.ReadFile(filepath.Join(dir, ResultsFile))
+	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, fmt.Errorf("read results of %s: %w", dir, err)
+		return nil, fmt.Errorf("read results: %w", err)
 	}
+	defer root.Close()
+	return loadRun(root)
+}
+
+func loadRun(root *os.Root) (*Run, error) {
+	b, err := root.ReadFile(ResultsFile)
+	if err != nil {
+		return nil, fmt.Errorf("read results of %s: %w", root.Name(), err)
+	}
+	return parseRun(b, filepath.Join(root.Name(), ResultsFile))
+}
+
+func parseRun(b []byte, name string) (*Run, error) {
 	var r Run
 	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("parse %s: %w", filepath.Join(dir, ResultsFile), err)
+		return nil, fmt.Errorf("parse %s: %w", name, err)
 	}
 	return &r, nil
 }

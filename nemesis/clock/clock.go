@@ -28,6 +28,27 @@ import (
 	"time"
 )
 
+// ControlFileEnv names the environment variable the shim reads the control
+// file's path from; DefaultControlPath is used when it is unset.
+const (
+	ControlFileEnv     = "SPLITBRAIN_CLOCK_FILE"
+	DefaultControlPath = "/run/splitbrain/clock"
+)
+
+// ShimPath is where splitbrain's images install the built shim (the redis
+// role image carries it).
+const ShimPath = "/usr/local/lib/splitbrain/clockshim.so"
+
+// PreloadCommand returns argv prefixed so that its program starts with the
+// shim preloaded and its control file at DefaultControlPath:
+// env LD_PRELOAD=ShimPath SPLITBRAIN_CLOCK_FILE=DefaultControlPath argv...
+// env execs the program, so it keeps env's PID (PID 1 in a container), and
+// only that program (not other processes of its container) is skewed. A
+// missing control file means no skew.
+func PreloadCommand(argv ...string) []string {
+	return append([]string{"env", "LD_PRELOAD=" + ShimPath, ControlFileEnv + "=" + DefaultControlPath}, argv...)
+}
+
 // Sentinel errors, checked with errors.Is.
 var (
 	// ErrUnsupportedArch reports that the vDSO technique is not

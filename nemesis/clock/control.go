@@ -16,13 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ControlFileEnv names the environment variable the shim reads the control
-// file's path from; DefaultControlPath is used when it is unset.
-const (
-	ControlFileEnv     = "SPLITBRAIN_CLOCK_FILE"
-	DefaultControlPath = "/run/splitbrain/clock"
-)
-
 // Control-file constants; the layout is documented in shim/clockshim.c and
 // mirrored by controlLayout.
 const (

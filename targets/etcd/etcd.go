@@ -127,7 +127,7 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 			n, err := rt.Start(ctx, runtime.NodeSpec{
 				Name: name, Role: Role, Image: opts.Images[Role],
 				Cmd:  Command(name, peers[name], peers, token),
-				Caps: []string{runtime.CapNetAdmin},
+				Caps: append([]string{runtime.CapNetAdmin}, opts.ExtraCaps...),
 			})
 			mu.Lock()
 			defer mu.Unlock()

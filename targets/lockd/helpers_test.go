@@ -88,7 +88,7 @@ type memCluster struct {
 func startMem(t *testing.T, tg Target, opts targets.Options) *memCluster {
 	t.Helper()
 	log := testLogger(t, slog.LevelWarn)
-	size := tg.size()
+	size := tg.Size()
 	ports := freePorts(t, 2*size)
 	m := &memCluster{raft: map[string]string{}, http: map[string]string{}, args: map[string][]string{}}
 	for i := range size {

@@ -92,7 +92,10 @@ type Target struct {
 	MaxTTL time.Duration
 }
 
-var _ targets.Target = Target{}
+var (
+	_ targets.Target = Target{}
+	_ targets.Sizer  = Target{}
+)
 
 // Name implements targets.Target.
 func (Target) Name() string { return "lockd" }
@@ -100,12 +103,16 @@ func (Target) Name() string { return "lockd" }
 // Roles implements targets.Target.
 func (Target) Roles() []string { return []string{Role} }
 
-func (t Target) size() int {
+// Size implements targets.Sizer: the cluster size (3 by default).
+func (t Target) Size() int {
 	if t.Nodes <= 0 {
 		return 3
 	}
 	return t.Nodes
 }
+
+// Leads implements targets.Sizer: a Raft cluster has a leader to isolate.
+func (Target) Leads() bool { return true }
 
 // ServerOptions are the server settings a run chooses.
 type ServerOptions struct {
@@ -194,7 +201,7 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 		log = slog.New(slog.DiscardHandler)
 	}
 	peers := map[string]string{}
-	names := make([]string, t.size())
+	names := make([]string, t.Size())
 	for i := range names {
 		names[i] = fmt.Sprintf("n%d", i+1)
 		a, err := rt.Reserve(names[i])
@@ -214,7 +221,7 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 			n, err := rt.Start(ctx, runtime.NodeSpec{
 				Name: name, Role: Role, Image: opts.Images[Role],
 				Cmd:  Command(name, peers, so),
-				Caps: []string{runtime.CapNetAdmin},
+				Caps: append([]string{runtime.CapNetAdmin}, opts.ExtraCaps...),
 			})
 			mu.Lock()
 			defer mu.Unlock()

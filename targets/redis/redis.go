@@ -9,7 +9,17 @@
 // anti-patterns for the scenario catalogue:
 //
 //	expiry=none        SET NX without PX: a crashed holder deadlocks everyone
+//	expiry=client      no server-side expiry: the lock's value carries the
+//	                   holder's own expiry time (its wall clock + TTL), and
+//	                   a client takes the lock, by compare-and-set, when
+//	                   that time is in the past by *its* wall clock; a
+//	                   client whose clock runs ahead steals live locks
 //	release=unchecked  DEL without the owner check: deletes others' locks
+//
+// The server always runs with the clock shim preloaded
+// (clock.PreloadCommand), so that the clock nemesis can skew Redis's own
+// clock, by which it expires keys; without a control file the shim adds
+// nothing.
 package redis
 
 import (
@@ -27,6 +37,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/nemesis/clock"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
@@ -63,13 +74,14 @@ func Command() []string {
 		"--protected-mode", "no", "--save", "", "--appendonly", "no", "--loglevel", "notice"}
 }
 
-// Start implements targets.Target.
+// Start implements targets.Target. Redis runs with the clock shim preloaded
+// and needs no extra capability to be skewed (opts.ExtraCaps is ignored).
 func (Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
 	if _, err := rt.Reserve("n1"); err != nil {
 		return nil, fmt.Errorf("reserve redis address: %w", err)
 	}
 	n, err := rt.Start(ctx, runtime.NodeSpec{
-		Name: "n1", Role: Role, Image: opts.Images[Role], Cmd: Command(),
+		Name: "n1", Role: Role, Image: opts.Images[Role], Cmd: clock.PreloadCommand(Command()...),
 		Caps: []string{runtime.CapNetAdmin},
 	})
 	if err != nil {
@@ -97,6 +109,33 @@ func waitReady(ctx context.Context, n runtime.Node) error {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// ServerTime asks the Redis server in n for its time (TIME, run with
+// redis-cli inside the node): the wall clock of the Redis process itself,
+// skewed or not, to microseconds. It is the clock nemesis's way to verify
+// a skew of Redis.
+func ServerTime(ctx context.Context, n runtime.Node) (time.Time, error) {
+	out, err := runtime.Run(ctx, n, "redis-cli", "-h", "127.0.0.1", "-p", strconv.Itoa(Port), "TIME")
+	if err != nil {
+		return time.Time{}, fmt.Errorf("redis TIME: %w", err)
+	}
+	return parseTime(out)
+}
+
+// parseTime reads redis-cli's TIME answer: seconds and microseconds, one
+// per line.
+func parseTime(out []byte) (time.Time, error) {
+	f := strings.Fields(string(out))
+	if len(f) != 2 {
+		return time.Time{}, fmt.Errorf("redis TIME answered %q, want seconds and microseconds", out)
+	}
+	sec, err1 := strconv.ParseInt(f[0], 10, 64)
+	usec, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err := errors.Join(err1, err2); err != nil || usec < 0 || usec >= 1e6 {
+		return time.Time{}, fmt.Errorf("redis TIME answered %q: %w", out, errors.Join(err, errors.New("bad number")))
+	}
+	return time.Unix(sec, usec*1000), nil
 }
 
 type cluster struct {
@@ -143,6 +182,20 @@ end
 if ok then return redis.call('INCR', KEYS[2]) end
 return false`)
 
+// clientAcquireScript is expiry=client's grant: the lock's value is
+// "owner|expiry" (expiry in Unix ms by the holder's clock, ARGV[1]); the
+// caller takes the lock when it is free or when its expiry is before the
+// caller's own now (ARGV[2]), by compare-and-set in one script, and its
+// token with it.
+var clientAcquireScript = goredis.NewScript(`
+local v = redis.call('GET', KEYS[1])
+if v then
+  local exp = tonumber(string.match(v, '|(%-?%d+)$'))
+  if exp and exp > tonumber(ARGV[2]) then return false end
+end
+redis.call('SET', KEYS[1], ARGV[1])
+return redis.call('INCR', KEYS[2])`)
+
 // releaseScript deletes the lock only if the caller still owns it.
 var releaseScript = goredis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -154,8 +207,12 @@ type Locker struct {
 	client    string
 	ttl       time.Duration
 	unchecked bool
-	retry     time.Duration
-	seq       atomic.Uint64
+	// clientExpiry is expiry=client: expiry judged by clients' clocks.
+	clientExpiry bool
+	// now is the client's wall clock (time.Now; skewed with the process).
+	now   func() time.Time
+	retry time.Duration
+	seq   atomic.Uint64
 }
 
 var _ targets.Locker = (*Locker)(nil)
@@ -167,11 +224,11 @@ func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, _ *sl
 	}
 	ttl := time.Duration(cfg.TTL)
 	switch cfg.Options["expiry"] {
-	case "", "ttl":
+	case "", "ttl", "client":
 	case "none":
 		ttl = 0
 	default:
-		return nil, fmt.Errorf("redis recipe: expiry=%q: want ttl or none", cfg.Options["expiry"])
+		return nil, fmt.Errorf("redis recipe: expiry=%q: want ttl, client or none", cfg.Options["expiry"])
 	}
 	if ttl == 0 && cfg.Options["expiry"] != "none" {
 		return nil, errors.New("redis recipe: ttl must be positive (or set expiry=none)")
@@ -185,7 +242,10 @@ func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, _ *sl
 		PoolSize:              2,
 		ContextTimeoutEnabled: true,
 	})
-	return &Locker{rdb: rdb, client: client, ttl: ttl, unchecked: cfg.Options["release"] == "unchecked", retry: 20 * time.Millisecond}, nil
+	return &Locker{
+		rdb: rdb, client: client, ttl: ttl, unchecked: cfg.Options["release"] == "unchecked",
+		clientExpiry: cfg.Options["expiry"] == "client", now: time.Now, retry: 20 * time.Millisecond,
+	}, nil
 }
 
 // Acquire implements targets.Locker: it retries SET NX until granted or ctx
@@ -193,11 +253,21 @@ func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, _ *sl
 // not be reached (ErrUnavailable), judged by the last attempt.
 func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error) {
 	owner := fmt.Sprintf("%s-%d-%d", l.client, l.seq.Add(1), rand.Uint64())
+	keys := []string{"lock:" + key, "token:" + key}
 	for {
-		res, err := acquireScript.Run(ctx, l.rdb, []string{"lock:" + key, "token:" + key}, owner, l.ttl.Milliseconds()).Int64()
+		value := owner
+		var res int64
+		var err error
+		if l.clientExpiry {
+			now := l.now()
+			value = fmt.Sprintf("%s|%d", owner, now.Add(l.ttl).UnixMilli())
+			res, err = clientAcquireScript.Run(ctx, l.rdb, keys, value, now.UnixMilli()).Int64()
+		} else {
+			res, err = acquireScript.Run(ctx, l.rdb, keys, owner, l.ttl.Milliseconds()).Int64()
+		}
 		switch {
 		case err == nil:
-			return &lease{l: l, key: key, owner: owner, token: uint64(res)}, nil
+			return &lease{l: l, key: key, owner: value, token: uint64(res)}, nil
 		case errors.Is(err, goredis.Nil):
 			err = fmt.Errorf("acquire %s: %w", key, targets.ErrBusy)
 		default:
@@ -216,8 +286,9 @@ func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error)
 func (l *Locker) Close() error { return l.rdb.Close() }
 
 type lease struct {
-	l     *Locker
-	key   string
+	l   *Locker
+	key string
+	// owner is the lock's value while this lease holds it.
 	owner string
 	token uint64
 }

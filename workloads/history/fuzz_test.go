@@ -10,7 +10,8 @@ import (
 )
 
 // FuzzRead: any bytes either read (possibly dropping a torn tail) or fail
-// with ErrCorrupt — never panic — and what reads writes back the same.
+// with ErrCorrupt — never panic —, the fast parser agrees with a plain
+// encoding/json reader, and what reads writes back the same.
 func FuzzRead(f *testing.F) {
 	seeds, _ := filepath.Glob("../../checkers/testdata/*/history.jsonl")
 	for _, s := range seeds {
@@ -23,6 +24,7 @@ func FuzzRead(f *testing.F) {
 	f.Add([]byte("{\"t\":1,\"type\":\"invoke\",\"id\":1}\n{\"t\":"))
 	f.Add([]byte("\n\n\x00\xff"))
 	f.Fuzz(func(t *testing.T, data []byte) {
+		compareWithReference(t, data)
 		events, rep, err := Read(bytes.NewReader(data))
 		if err != nil {
 			if !errors.Is(err, ErrCorrupt) {

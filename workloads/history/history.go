@@ -163,20 +163,27 @@ func (o Op) Return() int64 {
 }
 
 // Pair matches invocations with their completions by ID, in invocation order.
-// Nemesis events are returned separately.
+// Nemesis events are returned separately. Completions point into events.
 func Pair(events []Event) (ops []Op, faults []Event) {
-	index := make(map[int64]int)
-	for _, e := range events {
+	n := 0
+	for i := range events {
+		if events[i].Type == Invoke {
+			n++
+		}
+	}
+	ops = make([]Op, 0, n)
+	index := make(map[int64]int, n)
+	for i := range events {
+		e := &events[i]
 		switch {
 		case e.Type == Nemesis:
-			faults = append(faults, e)
+			faults = append(faults, *e)
 		case e.Type == Invoke:
 			index[e.ID] = len(ops)
-			ops = append(ops, Op{Invoke: e})
+			ops = append(ops, Op{Invoke: *e})
 		case e.IsCompletion():
-			if i, ok := index[e.ID]; ok && ops[i].Complete == nil {
-				c := e
-				ops[i].Complete = &c
+			if j, ok := index[e.ID]; ok && ops[j].Complete == nil {
+				ops[j].Complete = e
 			}
 		}
 	}

@@ -1,7 +1,6 @@
 package history
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -107,65 +106,22 @@ type ReadReport struct {
 	TornBytes int `json:"torn_bytes,omitempty"`
 }
 
-// maxLine bounds one history line; events are a few hundred bytes.
-const maxLine = 1 << 20
-
-// Read parses a history. A final line that is cut short (no newline and not
-// valid JSON) is dropped and reported; any other bad line is an error
-// wrapping [ErrCorrupt] that names the line.
+// Read parses a history from r (see Parse).
 func Read(r io.Reader) ([]Event, ReadReport, error) {
-	var (
-		events []Event
-		rep    ReadReport
-	)
-	br := bufio.NewReaderSize(r, 64<<10)
-	for lineNo := 1; ; lineNo++ {
-		line, err := br.ReadSlice('\n')
-		if errors.Is(err, bufio.ErrBufferFull) {
-			// Rare: a long line; collect it whole.
-			full := append([]byte(nil), line...)
-			for errors.Is(err, bufio.ErrBufferFull) && len(full) < maxLine {
-				line, err = br.ReadSlice('\n')
-				full = append(full, line...)
-			}
-			line = full
-		}
-		if err != nil && !errors.Is(err, io.EOF) {
-			return events, rep, fmt.Errorf("read history line %d: %w", lineNo, err)
-		}
-		complete := len(line) > 0 && line[len(line)-1] == '\n'
-		trimmed := bytes.TrimSpace(line)
-		if len(trimmed) > 0 {
-			var e Event
-			if jerr := json.Unmarshal(trimmed, &e); jerr != nil {
-				if !complete && errors.Is(err, io.EOF) {
-					rep.TornTail = true
-					rep.TornBytes = len(line)
-					break
-				}
-				return events, rep, fmt.Errorf("%w: line %d: %v", ErrCorrupt, lineNo, jerr)
-			}
-			if verr := validate(e); verr != nil {
-				return events, rep, fmt.Errorf("%w: line %d: %v", ErrCorrupt, lineNo, verr)
-			}
-			events = append(events, e)
-		}
-		if errors.Is(err, io.EOF) {
-			break
-		}
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, ReadReport{}, fmt.Errorf("read history: %w", err)
 	}
-	rep.Events = len(events)
-	return events, rep, nil
+	return Parse(data)
 }
 
-// ReadFile reads the history at path.
+// ReadFile reads the history at path (see Parse).
 func ReadFile(path string) ([]Event, ReadReport, error) {
-	f, err := os.Open(path)
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, ReadReport{}, fmt.Errorf("open history: %w", err)
 	}
-	defer f.Close()
-	return Read(f)
+	return Parse(data)
 }
 
 func validate(e Event) error {

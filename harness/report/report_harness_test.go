@@ -1,0 +1,74 @@
+package report_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/harness"
+	"github.com/splitbrain/splitbrain/harness/report"
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+// TestReportReadsHarnessResults: report.Run, which mirrors harness.Results
+// (the harness imports this package, so it cannot be used here), reads
+// what the harness writes.
+func TestReportReadsHarnessResults(t *testing.T) {
+	src := filepath.Join("..", "..", "checkers", "testdata", "fenced-rejection-valid", "history.jsonl")
+	evs, rep, err := history.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := checkers.NewInput(evs)
+	chk := checkers.Check(t.Context(), in, checkers.Default(checkers.LinearizableOptions{})...)
+	cfg := harness.DefaultConfig()
+	cfg.Workload, cfg.LeaseTTL = "fenced-counter", 300*time.Nanosecond
+	res := harness.Results{
+		Valid: chk.Valid, RunID: "r1", Target: "redis", Workload: cfg.Workload, Nemesis: "pause", Seed: 7, Config: cfg,
+		Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Duration: 3 * time.Second, Checkers: chk.Checkers,
+		Faults: checkers.Windows(in.Faults), Metrics: harness.Metrics(in), History: rep, Versions: map[string]string{"redis": "7"},
+	}
+	b, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	data, _ := os.ReadFile(src)
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "history.jsonl"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run, err := report.LoadRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case run.Valid != checkers.Valid, run.Target != "redis", run.Workload != "fenced-counter", run.Seed != 7:
+		t.Errorf("header: %+v", run)
+	case run.LeaseTTL() != 300*time.Nanosecond, run.TimeLimit() != cfg.TimeLimit:
+		t.Errorf("options: ttl %v limit %v", run.LeaseTTL(), run.TimeLimit())
+	case run.Metrics.FencingRejections != res.Metrics.FencingRejections || run.Metrics.FencingRejections != 1:
+		t.Errorf("metrics: %+v, want %+v", run.Metrics, res.Metrics)
+	case run.Metrics.Hold.Count != res.Metrics.Hold.Count || run.Metrics.Hold.Max != res.Metrics.Hold.Max:
+		t.Errorf("hold: %+v, want %+v", run.Metrics.Hold, res.Metrics.Hold)
+	case run.Checkers.Summary.Details == nil || run.Checkers.Summary.Details.Rejections != 1 || !run.Checkers.Summary.Judges:
+		t.Errorf("summary section: %+v", run.Checkers.Summary)
+	case run.Checkers.Mutex.Details == nil || run.Checkers.Fencing.Details == nil || run.Checkers.Linearizable.Details == nil:
+		t.Errorf("checker sections: %+v", run.Checkers)
+	case len(run.Faults) != 1 || run.Faults[0].Targets[0] != "c1":
+		t.Errorf("faults: %+v", run.Faults)
+	}
+	if err := report.Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	page, _ := os.ReadFile(filepath.Join(dir, "report.html"))
+	if !strings.Contains(string(page), `class="banner valid"`) {
+		t.Error("report of a harness result lacks its verdict")
+	}
+}

@@ -1,0 +1,189 @@
+package report
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+// fixture writes a run directory with results.json (shaped like
+// harness.Results; report_harness_test.go checks the real type reads the
+// same) and history.jsonl made from events.
+func fixture(t testing.TB, dir string, events []history.Event, edit func(map[string]any)) string {
+	t.Helper()
+	in := checkers.NewInput(events)
+	rep := checkers.Check(t.Context(), in, checkers.Default(checkers.LinearizableOptions{})...)
+	res := map[string]any{
+		"valid": rep.Valid, "run_id": "120000-abcd", "target": "redis", "workload": "unfenced-counter", "nemesis": "pause", "seed": 42,
+		"options": map[string]any{"target": "redis", "lease_ttl_ns": 300, "time_limit_ns": int64(20 * time.Second), "keys": 1, "pause_targets": "holder=1"},
+		"started": time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC), "duration_ns": int64(3 * time.Second),
+		"phases_ns": map[string]int64{"setup": 1e9, "test": 2e9, "check": 1e6}, "versions": map[string]string{"redis": "7.0.15"},
+		"harness": map[string]string{"go": "go1.26"}, "checkers": rep.Checkers, "faults": checkers.Windows(in.Faults),
+		"metrics": map[string]any{"fencing_rejections": 0, "lock_wait": map[string]any{"count": 2, "p50_ns": 1000, "p99_ns": 2000, "max_ns": 3000}},
+		"history": history.ReadReport{Events: len(events)},
+	}
+	if edit != nil {
+		edit(res)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, LogsDir), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.MarshalIndent(res, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hb bytes.Buffer
+	enc := json.NewEncoder(&hb)
+	for _, e := range events {
+		if err := enc.Encode(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, data := range map[string][]byte{ResultsFile: b, HistoryFile: hb.Bytes(), "logs/c1.log": []byte("agent c1\n"), "logs/n1.log": []byte("redis\n")} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+func writeAndRead(t *testing.T, dir string) string {
+	t.Helper()
+	if err := Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, ReportFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "ZgotmplZ") {
+		t.Error("the template refused a value (ZgotmplZ in the page)")
+	}
+	return string(b)
+}
+
+func TestReportWrite(t *testing.T) {
+	tests := []struct {
+		name    string
+		corpus  string
+		edit    func(map[string]any)
+		want    []string
+		notWant []string
+	}{
+		{
+			name: "invalid run", corpus: "lost-update-invalid",
+			want: []string{`class="banner invalid"`, "1 lost update", "What went wrong", "Client c1 held token 1 on k0", "losing c2&#39;s increment",
+				"window verified illegal by the checker", `id="latency"`, `id="throughput"`, `id="timeline"`, `id="window-1"`, `class="fault"`,
+				`href="history.jsonl"`, `href="results.json"`, `href="logs/c1.log"`, `href="logs/n1.log"`, "lock wait (acquire)", "hold time",
+				"fencing rejections (late writes stopped)", "acquire failed: busy", "lease_ttl", "300 ns", "7.0.15", "seed", "42", "pause c1"},
+		},
+		{
+			name: "valid fenced run", corpus: "fenced-rejection-valid",
+			edit:    func(r map[string]any) { r["metrics"] = map[string]any{"fencing_rejections": 1} },
+			want:    []string{`class="banner valid"`, "No anomaly", "refused 1 late write", `class="fault"`, "wtick refused"},
+			notWant: []string{"What went wrong"},
+		},
+		{
+			name: "unknown run", corpus: "final-read-missing-unknown",
+			want: []string{`class="banner unknown"`, "never a pass", "Missing final reads: k0."},
+		},
+		{
+			name: "values are escaped", corpus: "lost-update-invalid",
+			edit: func(r map[string]any) {
+				r["target"] = `<script>alert("t")</script>`
+				r["errors"] = []string{`<img src=x onerror=alert(1)>`}
+			},
+			want:    []string{"&lt;script&gt;alert(&#34;t&#34;)&lt;/script&gt;", "&lt;img src=x onerror=alert(1)&gt;"},
+			notWant: []string{"<script", "<img src=x"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := fixture(t, t.TempDir(), testdata(t, tt.corpus), tt.edit)
+			page := writeAndRead(t, dir)
+			for _, w := range tt.want {
+				if !strings.Contains(page, w) {
+					t.Errorf("report lacks %q", w)
+				}
+			}
+			for _, w := range tt.notWant {
+				if strings.Contains(page, w) {
+					t.Errorf("report has %q", w)
+				}
+			}
+			if n := strings.Count(page, "<svg"); n < 3 {
+				t.Errorf("%d SVG figures, want the plots and the timeline", n)
+			}
+			inline := strings.ReplaceAll(page, `xmlns="http://www.w3.org/2000/svg"`, "")
+			if regexp.MustCompile(`(?i)<script|https?://|src="|@import|url\(`).MatchString(inline) {
+				t.Error("the report loads or runs something: it must be self-contained")
+			}
+		})
+	}
+}
+
+func TestReportWithoutHistory(t *testing.T) {
+	dir := fixture(t, t.TempDir(), testdata(t, "sequential-valid"), nil)
+	if err := os.Remove(filepath.Join(dir, HistoryFile)); err != nil {
+		t.Fatal(err)
+	}
+	if page := writeAndRead(t, dir); !strings.Contains(page, "No history.jsonl") {
+		t.Error("no note about the missing history")
+	}
+}
+
+func TestReportErrors(t *testing.T) {
+	dir := t.TempDir()
+	if err := Write(dir); err == nil || !strings.Contains(err.Error(), "results") {
+		t.Fatalf("no results.json: %v", err)
+	}
+	fixture(t, dir, testdata(t, "sequential-valid"), nil)
+	if err := os.WriteFile(filepath.Join(dir, HistoryFile), []byte("{\"t\":1}\nnot json\n{}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := Write(dir); err == nil || !strings.Contains(err.Error(), "line 1") {
+		t.Fatalf("corrupt history: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, ReportFile)); !os.IsNotExist(err) {
+		t.Fatal("a failed report left a file")
+	}
+}
+
+// TestReportLarge: 100k critical sections (200k events, 36 MB of history)
+// give a page of bounded size (plots are downsampled). How fast is
+// BenchmarkReportWrite's business, not a timed unit test's.
+func TestReportLarge(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short")
+	}
+	dir := fixture(t, t.TempDir(), synthHistory(100000, 10, 3, 5*time.Millisecond, 2000, false, 1), func(r map[string]any) {
+		r["options"] = map[string]any{"lease_ttl_ns": int64(2 * time.Second)}
+	})
+	if err := Write(dir); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(filepath.Join(dir, ReportFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() > 8<<20 {
+		t.Errorf("report is %d MiB: downsampling is not working", st.Size()>>20)
+	}
+}
+
+func BenchmarkReportWrite(b *testing.B) {
+	dir := fixture(b, b.TempDir(), synthHistory(100000, 10, 3, 5*time.Millisecond, 2000, false, 1), nil)
+	for b.Loop() {
+		if err := Write(dir); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

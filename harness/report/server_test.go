@@ -1,0 +1,233 @@
+package report
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runsDir makes a results directory of four runs: redis and etcd,
+// unfenced (invalid) and fenced (valid), plus a latest link and clutter.
+func runsDir(t *testing.T) string {
+	t.Helper()
+	root := t.TempDir()
+	mk := func(target, workload, corpus, stamp string, day int) string {
+		dir := filepath.Join(root, target+"-"+workload+"-pause", stamp)
+		return fixture(t, dir, testdata(t, corpus), func(r map[string]any) {
+			r["target"], r["workload"] = target, workload
+			r["started"] = time.Date(2026, 12, day, 12, 0, 0, 0, time.UTC)
+		})
+	}
+	mk("redis", "unfenced-counter", "lost-update-invalid", "20261201T120000000Z", 1)
+	mk("redis", "fenced-counter", "fenced-rejection-valid", "20261202T120000000Z", 2)
+	mk("etcd", "unfenced-counter", "lost-update-invalid", "20261203T120000000Z", 3)
+	last := mk("etcd", "unfenced-counter", "final-read-missing-unknown", "20261204T120000000Z", 4)
+	if err := os.Symlink(strings.TrimPrefix(last, root+"/"), filepath.Join(root, "latest")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "README.md"), []byte("runs"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func newTestServer(t *testing.T, dir string) *Server {
+	t.Helper()
+	s, err := NewServer(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func get(t *testing.T, h http.Handler, target string) (*http.Response, string) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, target, nil))
+	res := rec.Result()
+	b, _ := io.ReadAll(res.Body)
+	return res, string(b)
+}
+
+func TestServeRuns(t *testing.T) {
+	s := newTestServer(t, runsDir(t))
+	runs, broken := s.Runs()
+	if len(runs) != 4 || len(broken) != 0 {
+		t.Fatalf("runs %d (want 4, latest not counted twice), broken %v", len(runs), broken)
+	}
+	if runs[0].Run.Started.Day() != 4 || runs[0].Path != "etcd-unfenced-counter-pause/20261204T120000000Z" {
+		t.Errorf("newest first: %+v", runs[0])
+	}
+	tests := []struct {
+		query string
+		rows  int
+		want  []string
+	}{
+		{"/", 4, []string{"4 runs under", `<option value="etcd">etcd</option>`, "/compare?nemesis=pause&amp;workload=unfenced-counter"}},
+		{"/?target=etcd", 2, []string{"2 match the filter", `<option value="etcd" selected>`}},
+		{"/?verdict=invalid", 2, nil},
+		{"/?workload=fenced-counter&verdict=valid", 1, []string{"/runs/redis-fenced-counter-pause/20261202T120000000Z/report.html"}},
+		{"/?target=zookeeper", 0, []string{"No run matches"}},
+		{"/?target=%3Cscript%3E", 0, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.query, func(t *testing.T) {
+			res, body := get(t, s, tt.query)
+			if res.StatusCode != 200 || !strings.HasPrefix(res.Header.Get("Content-Type"), "text/html") {
+				t.Fatalf("%d %s", res.StatusCode, res.Header.Get("Content-Type"))
+			}
+			if csp := res.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") {
+				t.Errorf("CSP %q", csp)
+			}
+			if n := strings.Count(body, `<tr class="run">`); n != tt.rows {
+				t.Errorf("%d rows, want %d", n, tt.rows)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(body, w) {
+					t.Errorf("page lacks %q", w)
+				}
+			}
+			if strings.Contains(body, "<script") {
+				t.Error("unescaped query in the page")
+			}
+		})
+	}
+}
+
+func TestServeCompare(t *testing.T) {
+	s := newTestServer(t, runsDir(t))
+	_, body := get(t, s, "/compare?workload=unfenced-counter&nemesis=pause")
+	for _, w := range []string{
+		// etcd: 2 runs, 0 valid, 1 invalid, 1 unknown; redis: 1 run, invalid.
+		`<a href="#target-etcd">etcd</a></th><td class="num">2</td><td class="num v-valid">0</td><td class="num v-invalid">1</td><td class="num v-unknown">1</td>`,
+		`<a href="#target-redis">redis</a></th><td class="num">1</td><td class="num v-valid">0</td><td class="num v-invalid">1</td><td class="num v-unknown">0</td>`,
+		`id="target-etcd"`, `id="target-redis"`,
+	} {
+		if !strings.Contains(body, w) {
+			t.Errorf("compare page lacks %q", w)
+		}
+	}
+	if strings.Contains(body, "/redis-fenced-counter-pause/") {
+		t.Error("a fenced run is in the unfenced comparison")
+	}
+	if _, body := get(t, s, "/compare"); !strings.Contains(body, "Choose a workload and a nemesis") {
+		t.Error("compare without a choice does not ask for one")
+	}
+	if _, body := get(t, s, "/compare?workload=bank&nemesis=pause"); !strings.Contains(body, "No run of bank") {
+		t.Error("an empty comparison says nothing")
+	}
+}
+
+func TestServeFiles(t *testing.T) {
+	dir := runsDir(t)
+	outside := t.TempDir()
+	secret := filepath.Join(outside, "secret.txt")
+	if err := os.WriteFile(secret, []byte("top secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := "redis-unfenced-counter-pause/20261201T120000000Z"
+	if err := os.Symlink(outside, filepath.Join(dir, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(dir, run, "logs", "leak.log")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, run, ".hidden"), []byte("top secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := newTestServer(t, dir)
+	tests := []struct {
+		path   string
+		status int
+		ctype  string
+	}{
+		{"/runs/" + run + "/history.jsonl", 200, "text/plain; charset=utf-8"},
+		{"/runs/" + run + "/results.json", 200, "application/json"},
+		{"/runs/" + run + "/logs/c1.log", 200, "text/plain; charset=utf-8"},
+		{"/runs/latest/results.json", 200, "application/json"}, // a link inside the directory
+		{"/runs/" + run, 302, ""},
+		{"/runs/" + run + "/nope.txt", 404, ""},
+		{"/runs/" + run + "/.hidden", 404, ""},
+		{"/runs/escape/secret.txt", 404, ""},
+		{"/runs/" + run + "/logs/leak.log", 404, ""},
+		{"/runs/../../../../etc/passwd", -1, ""}, // cleaned by the mux, never served
+		{"/runs/%2e%2e/%2e%2e/etc/passwd", -1, ""},
+		{"/runs/" + run + "/..%2f..%2f..%2f..%2fetc%2fpasswd", 404, ""},
+		{"/runs/..%5c..%5cetc%5cpasswd", 404, ""},
+		{"/runs/%00", 404, ""},
+		{"/runs/", 404, ""},
+		{"/etc/passwd", 404, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			res, body := get(t, s, tt.path)
+			if tt.status < 0 && res.StatusCode < 300 || tt.status > 0 && res.StatusCode != tt.status {
+				t.Fatalf("%d, want %d (-1: anything but a success): %.200s", res.StatusCode, tt.status, body)
+			}
+			if tt.ctype != "" && res.Header.Get("Content-Type") != tt.ctype {
+				t.Errorf("content type %q, want %q", res.Header.Get("Content-Type"), tt.ctype)
+			}
+			if strings.Contains(body, "top secret") || strings.Contains(body, "root:") {
+				t.Error("served a file from outside the results directory")
+			}
+			if res.Header.Get("X-Content-Type-Options") != "nosniff" {
+				t.Error("no nosniff")
+			}
+		})
+	}
+}
+
+func TestServeReportOnDemand(t *testing.T) {
+	dir := runsDir(t)
+	run := "etcd-unfenced-counter-pause/20261203T120000000Z"
+	report := filepath.Join(dir, run, ReportFile)
+	s := newTestServer(t, dir)
+	if _, body := get(t, s, "/"); !strings.Contains(body, "report (generate)") {
+		t.Error("the list does not say reports are yet to be generated")
+	}
+	res, body := get(t, s, "/runs/"+run+"/"+ReportFile)
+	if res.StatusCode != 200 || !strings.Contains(body, `class="banner invalid"`) || !strings.Contains(body, "Client c1 held token 1") {
+		t.Fatalf("%d %.300s", res.StatusCode, body)
+	}
+	if csp := res.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "default-src 'none'") || strings.Contains(csp, "script") {
+		t.Errorf("report CSP %q", csp)
+	}
+	st, err := os.Stat(report)
+	if err != nil {
+		t.Fatal("report.html was not saved in the run directory")
+	}
+	// Served from the file while it is fresh; regenerated once results.json
+	// is newer.
+	if res, _ := get(t, s, "/runs/"+run+"/"+ReportFile); res.StatusCode != 200 {
+		t.Fatal(res.StatusCode)
+	}
+	if st2, _ := os.Stat(report); !st2.ModTime().Equal(st.ModTime()) {
+		t.Error("a fresh report was regenerated")
+	}
+	later := st.ModTime().Add(time.Minute)
+	if err := os.Chtimes(filepath.Join(dir, run, ResultsFile), later, later); err != nil {
+		t.Fatal(err)
+	}
+	get(t, s, "/runs/"+run+"/"+ReportFile)
+	if st3, _ := os.Stat(report); !st3.ModTime().After(st.ModTime()) {
+		t.Error("a stale report was not regenerated")
+	}
+	// A directory without results.json has no report.
+	if res, _ := get(t, s, "/runs/"+ReportFile); res.StatusCode != 404 {
+		t.Errorf("report of a non-run: %d", res.StatusCode)
+	}
+	// Other HTML (Porcupine's) is sandboxed.
+	if err := os.WriteFile(filepath.Join(dir, run, VisualizationFile), []byte("<html><script>1</script></html>"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, _ = get(t, s, "/runs/"+run+"/"+VisualizationFile)
+	if csp := res.Header.Get("Content-Security-Policy"); !strings.HasPrefix(csp, "sandbox") {
+		t.Errorf("visualization CSP %q", csp)
+	}
+}

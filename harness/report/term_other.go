@@ -1,0 +1,21 @@
+//go:build !linux
+
+package report
+
+import (
+	"io"
+	"os"
+)
+
+// IsTerminal reports whether w is a character device (on Linux a terminal
+// is told apart from /dev/null by its termios).
+func IsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func terminalWidth(io.Writer) int { return 0 }

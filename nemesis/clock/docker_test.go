@@ -1,0 +1,186 @@
+//go:build linux
+
+package clock_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/splitbrain/splitbrain/harness/images"
+	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/harness/runtime/docker"
+	"github.com/splitbrain/splitbrain/harness/testenv"
+	"github.com/splitbrain/splitbrain/nemesis"
+	"github.com/splitbrain/splitbrain/nemesis/clock"
+	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/redis"
+)
+
+// TestClockInContainers skews, inside real containers, a Go program (the
+// client agent, PID 1 of its container, by vDSO injection) and Redis (by
+// the LD_PRELOAD shim it always starts with): each reports the skewed
+// time while this process, the other container and other processes of
+// the same containers do not, a forward jump on Redis expires a key
+// early, and after reset every clock reads true time again with the vDSO
+// restored.
+func TestClockInContainers(t *testing.T) {
+	cli := testenv.Docker(t)
+	imgs := testenv.Images(t, cli, images.RoleClient, images.RoleRedis)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("k%d", time.Now().UnixNano()%1e9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rt.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	cluster, err := redis.Target{}.Start(ctx, rt, targets.Options{Images: imgs, TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1 := cluster.Nodes()[0]
+	agent := func(name string) runtime.Node {
+		n, err := rt.Start(ctx, runtime.NodeSpec{
+			Name: name, Role: runtime.RoleClient, Image: imgs[images.RoleClient], Interactive: true,
+			Cmd:  []string{clock.Helper, "agent"},
+			Caps: []string{runtime.CapNetAdmin, runtime.CapSysPtrace},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	c1, c2 := agent("c1"), agent("c2")
+	nm := &clock.Nemesis{
+		Modes: []string{clock.ModeBump}, Weights: map[string]int{nemesis.GroupNode: 1, nemesis.GroupClient: 1},
+		MinOffset: time.Second, MaxOffset: time.Second, StrobeMin: 50 * time.Millisecond, StrobeMax: 200 * time.Millisecond,
+		Shims: map[string]clock.Shim{redis.Role: {Now: redis.ServerTime}},
+	}
+	env := &nemesis.Env{Nodes: []runtime.Node{n1}, Clients: []runtime.Node{c1, c2}}
+	start := time.Now()
+	if err := nm.Prepare(ctx, env, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("probe of one redis and one agent: %v", time.Since(start).Round(time.Millisecond))
+
+	agentC1, agentC2, server := nm.Process(c1), nm.Process(c2), nm.Process(n1)
+	if agentC1.Via() != clock.ViaVDSO || server.Via() != clock.ViaShim {
+		t.Fatalf("mechanisms %s, %s", agentC1.Via(), server.Via())
+	}
+	// check asserts a process's observed offsets.
+	check := func(p *clock.Process, want clock.Offsets) {
+		t.Helper()
+		obs, err := p.Verify(ctx, want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s (%s): realtime %+v, monotonic %+v (±%v)", p.Node().Name(), p.Via(),
+			obs.Realtime.Round(time.Millisecond), obs.Monotonic.Round(time.Millisecond), obs.Uncertainty)
+	}
+	// wallIn reads the wall clock of a new process in n (date, a C program).
+	wallIn := func(n runtime.Node) time.Duration {
+		t.Helper()
+		before := time.Now()
+		out, err := runtime.Run(ctx, n, "date", "+%s%N")
+		after := time.Now()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return time.Unix(0, ns).Sub(before.Add(after.Sub(before) / 2))
+	}
+	// hostUnskewed: this process's clock (vDSO) equals the kernel's
+	// (system call).
+	hostUnskewed := func() {
+		t.Helper()
+		var ts unix.Timespec
+		if err := unix.ClockGettime(unix.CLOCK_REALTIME, &ts); err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(time.Unix(ts.Sec, ts.Nsec)); d.Abs() > 50*time.Millisecond {
+			t.Fatalf("this process's clock is off the kernel's by %v", d)
+		}
+	}
+
+	agentSkew := clock.Offsets{Realtime: time.Hour, Monotonic: 30 * time.Second}
+	if err := agentC1.Set(ctx, agentSkew); err != nil {
+		t.Fatal(err)
+	}
+	check(agentC1, agentSkew)
+	redisSkew := clock.Offsets{Realtime: -45 * time.Second}
+	if err := server.Set(ctx, redisSkew); err != nil {
+		t.Fatal(err)
+	}
+	check(server, redisSkew)
+	check(agentC1, agentSkew) // unchanged by Redis's skew
+	// The other container's agent keeps true time (injected with zero
+	// offsets so that its clock can be read).
+	if err := agentC2.Set(ctx, clock.Offsets{}); err != nil {
+		t.Fatal(err)
+	}
+	check(agentC2, clock.Offsets{})
+	// Only PID 1 is skewed: a new process in the same container is not.
+	for _, n := range []runtime.Node{c1, n1, c2} {
+		if d := wallIn(n); d.Abs() > time.Second {
+			t.Fatalf("date in %s is off by %v: the skew leaked beyond the main process", n.Name(), d)
+		}
+	}
+	hostUnskewed()
+
+	// Redis expires keys by its own clock: a forward jump past a key's TTL
+	// expires it at once, as it would a held lock.
+	redisCLI := func(args ...string) string {
+		t.Helper()
+		out, err := runtime.Run(ctx, n1, append([]string{"redis-cli", "-h", "127.0.0.1"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	if err := server.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := redisCLI("SET", "lock:k", "holder", "PX", "5000"); got != "OK" {
+		t.Fatalf("SET: %q", got)
+	}
+	if err := server.Set(ctx, clock.Offsets{Realtime: 10 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if got := redisCLI("SET", "lock:k", "thief", "NX", "PX", "5000"); got != "OK" {
+		t.Fatalf("SET NX after Redis's clock jumped 10s past a 5s lock: %q, want OK (expired early)", got)
+	}
+
+	// Reset: every process back on true time, the vDSO restored.
+	for _, p := range []*clock.Process{agentC1, agentC2, server} {
+		if err := p.Reset(ctx); err != nil {
+			t.Fatal(err)
+		}
+		check(p, clock.Offsets{})
+	}
+	for _, n := range []runtime.Node{c1, c2} {
+		out, err := runtime.Run(ctx, n, clock.Helper, "clock", "vdso", "show", "--pid", "1")
+		if err != nil || !strings.Contains(string(out), "patched: none (restored)") {
+			t.Fatalf("%s after reset: %q %v", n.Name(), out, err)
+		}
+	}
+	if s := nm.Skewed(); len(s) != 0 {
+		t.Fatalf("still skewed: %v", s)
+	}
+	if err := nm.Finish(ctx); err != nil {
+		t.Fatal(err)
+	}
+	hostUnskewed()
+}

@@ -1,0 +1,102 @@
+package clock
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Record describes one clock fault. Its String form is the fault's Detail
+// in the history and in results.json, space-separated key=value pairs:
+//
+//	mode=bump target=n1 group=node via=shim clocks=realtime offset=+3.2s observed=+3.201s
+//	mode=strobe target=c2 group=client via=vdso clocks=realtime,monotonic offsets=+2.5s,-2.5s period=50ms..200ms observed=+2.5s
+//
+// [ParseRecord] reads it back.
+type Record struct {
+	// Mode is ModeBump or ModeStrobe.
+	Mode string
+	// Target is the node whose main process was skewed.
+	Target string
+	// Group is the target group it was drawn from.
+	Group string
+	// Via is the mechanism: ViaVDSO or ViaShim.
+	Via string
+	// Clocks are the clocks skewed ("realtime", "monotonic").
+	Clocks []string
+	// Offsets is the bump's offset, or the strobe's two (it starts at the
+	// first).
+	Offsets []time.Duration
+	// PeriodMin and PeriodMax bound a strobe's time between flips.
+	PeriodMin, PeriodMax time.Duration
+	// Observed is the CLOCK_REALTIME offset read back from the process
+	// once the fault was in force.
+	Observed time.Duration
+}
+
+// String formats r as key=value pairs.
+func (r Record) String() string {
+	parts := []string{"mode=" + r.Mode, "target=" + r.Target, "group=" + r.Group, "via=" + r.Via, "clocks=" + strings.Join(r.Clocks, ",")}
+	offs := make([]string, len(r.Offsets))
+	for i, o := range r.Offsets {
+		offs[i] = signed(o)
+	}
+	if r.Mode == ModeStrobe {
+		parts = append(parts, "offsets="+strings.Join(offs, ","), fmt.Sprintf("period=%s..%s", r.PeriodMin, r.PeriodMax))
+	} else {
+		parts = append(parts, "offset="+strings.Join(offs, ","))
+	}
+	return strings.Join(append(parts, "observed="+signed(r.Observed)), " ")
+}
+
+// ParseRecord reads a Record from its String form (a fault's Detail).
+func ParseRecord(s string) (Record, error) {
+	var r Record
+	for _, kv := range strings.Fields(s) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			return r, fmt.Errorf("clock fault detail %q: %q is not key=value", s, kv)
+		}
+		var err error
+		switch k {
+		case "mode":
+			r.Mode = v
+		case "target":
+			r.Target = v
+		case "group":
+			r.Group = v
+		case "via":
+			r.Via = v
+		case "clocks":
+			r.Clocks = strings.Split(v, ",")
+		case "offset", "offsets":
+			for _, o := range strings.Split(v, ",") {
+				d, perr := time.ParseDuration(o)
+				if perr != nil {
+					err = perr
+					break
+				}
+				r.Offsets = append(r.Offsets, d)
+			}
+		case "period":
+			lo, hi, _ := strings.Cut(v, "..")
+			var e1, e2 error
+			r.PeriodMin, e1 = time.ParseDuration(lo)
+			r.PeriodMax, e2 = time.ParseDuration(hi)
+			if e1 != nil {
+				err = e1
+			} else {
+				err = e2
+			}
+		case "observed":
+			r.Observed, err = time.ParseDuration(v)
+		}
+		if err != nil {
+			return r, fmt.Errorf("clock fault detail %q: %s: %w", s, k, err)
+		}
+	}
+	if r.Mode == "" || r.Target == "" || len(r.Offsets) == 0 {
+		return r, fmt.Errorf("clock fault detail %q: want at least mode, target and offset", s)
+	}
+	return r, nil
+}

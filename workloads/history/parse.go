@@ -1,0 +1,374 @@
+package history
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"unicode/utf8"
+)
+
+// Parse reads a whole history held in memory: lines are decoded in
+// parallel by a parser that knows Event's flat shape and interns the few
+// distinct strings (a line it does not expect, such as one with an escape
+// in a string or an unknown field, goes to encoding/json), into one slice.
+// A torn last line is dropped and reported; any other bad line is an error
+// wrapping ErrCorrupt that names the line.
+func Parse(data []byte) ([]Event, ReadReport, error) {
+	var rep ReadReport
+	var lines [][]byte
+	lineNo := make([]int, 0, bytes.Count(data, []byte{'\n'})+1)
+	lines = make([][]byte, 0, cap(lineNo))
+	torn := -1
+	for n, rest := 1, data; len(rest) > 0; n++ {
+		i := bytes.IndexByte(rest, '\n')
+		line := rest
+		if i >= 0 {
+			line, rest = rest[:i], rest[i+1:]
+		} else {
+			rest = nil
+			torn = len(lines) // a last line without newline may be torn
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			if i < 0 {
+				torn = -1
+			}
+			continue
+		}
+		lines = append(lines, line)
+		lineNo = append(lineNo, n)
+	}
+	events := make([]Event, len(lines))
+	errs := make([]error, len(lines))
+	// syntax marks lines that are not JSON events at all (as opposed to
+	// events that fail validation): only those can be a torn tail.
+	syntax := make([]bool, len(lines))
+	workers := min(runtime.GOMAXPROCS(0), max(1, len(lines)/2000))
+	chunk := (len(lines) + workers - 1) / max(workers, 1)
+	var wg sync.WaitGroup
+	for w := range workers {
+		lo, hi := w*chunk, min((w+1)*chunk, len(lines))
+		if lo >= hi {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p := newEventParser(hi - lo)
+			for i := lo; i < hi; i++ {
+				if !p.parse(lines[i], &events[i]) {
+					events[i] = Event{}
+					if err := json.Unmarshal(bytes.TrimSpace(lines[i]), &events[i]); err != nil {
+						errs[i], syntax[i] = err, true
+						continue
+					}
+				}
+				errs[i] = validate(events[i])
+			}
+		}()
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err == nil {
+			continue
+		}
+		if i == torn && syntax[i] {
+			rep.TornTail, rep.TornBytes = true, len(lines[i])
+			events = events[:i]
+			break
+		}
+		return events[:i], rep, fmt.Errorf("%w: line %d: %v", ErrCorrupt, lineNo[i], err)
+	}
+	rep.Events = len(events)
+	return events, rep, nil
+}
+
+// eventParser decodes one goroutine's lines.
+type eventParser struct {
+	strs   map[string]string
+	values []Value
+	b      []byte
+	i      int
+}
+
+func newEventParser(n int) *eventParser {
+	return &eventParser{strs: map[string]string{}, values: make([]Value, 0, n)}
+}
+
+// parse decodes line into e; false means the line needs encoding/json.
+func (p *eventParser) parse(line []byte, e *Event) bool {
+	p.b, p.i = line, 0
+	*e = Event{}
+	p.ws()
+	if !p.eat('{') {
+		return false
+	}
+	p.ws()
+	if p.eat('}') {
+		return p.end()
+	}
+	for {
+		key, ok := p.rawString()
+		if !ok {
+			return false
+		}
+		p.ws()
+		if !p.eat(':') {
+			return false
+		}
+		p.ws()
+		if !p.field(key, e) {
+			return false
+		}
+		p.ws()
+		if p.eat(',') {
+			p.ws()
+			continue
+		}
+		if p.eat('}') {
+			return p.end()
+		}
+		return false
+	}
+}
+
+func (p *eventParser) field(key []byte, e *Event) bool {
+	var ok bool
+	switch string(key) {
+	case "t":
+		e.Time, ok = p.int()
+	case "type":
+		var s string
+		s, ok = p.str()
+		e.Type = Type(s)
+	case "process":
+		var n int64
+		n, ok = p.int()
+		e.Process = int(n)
+	case "client":
+		e.Client, ok = p.str()
+	case "id":
+		e.ID, ok = p.int()
+	case "f":
+		e.F, ok = p.str()
+	case "key":
+		e.Key, ok = p.str()
+	case "fenced":
+		e.Fenced, ok = p.bool()
+	case "bypass":
+		e.Bypass, ok = p.bool()
+	case "token":
+		var n int64
+		n, ok = p.int()
+		e.Token = uint64(n)
+		ok = ok && n >= 0
+	case "read":
+		e.Read, ok = p.value()
+	case "write":
+		e.Write, ok = p.value()
+	case "error":
+		e.Error, ok = p.str()
+	case "msg":
+		e.Message, ok = p.str()
+	case "release_error":
+		e.ReleaseError, ok = p.str()
+	case "acquired":
+		e.Acquired, ok = p.int()
+	case "released":
+		e.Released, ok = p.int()
+	case "write_at":
+		e.WriteAt, ok = p.int()
+	case "wait":
+		e.Wait, ok = p.int()
+	case "hold":
+		e.Hold, ok = p.int()
+	case "renew_failures":
+		var n int64
+		n, ok = p.int()
+		e.RenewFailures = int(n)
+	case "phase":
+		e.Phase, ok = p.str()
+	case "targets":
+		e.Targets, ok = p.strList()
+	case "detail":
+		e.Detail, ok = p.str()
+	}
+	return ok
+}
+
+func (p *eventParser) end() bool {
+	p.ws()
+	return p.i == len(p.b)
+}
+
+func (p *eventParser) ws() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\r', '\n':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+func (p *eventParser) eat(c byte) bool {
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// rawString reads a string without escapes.
+func (p *eventParser) rawString() ([]byte, bool) {
+	if !p.eat('"') {
+		return nil, false
+	}
+	start := p.i
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		switch {
+		case c == '"':
+			s := p.b[start:p.i]
+			p.i++
+			// encoding/json replaces invalid UTF-8; leave such strings
+			// to it.
+			return s, utf8.Valid(s)
+		case c == '\\' || c < 0x20:
+			return nil, false
+		}
+		p.i++
+	}
+	return nil, false
+}
+
+func (p *eventParser) str() (string, bool) {
+	raw, ok := p.rawString()
+	if !ok {
+		return "", false
+	}
+	if s, ok := p.strs[string(raw)]; ok {
+		return s, true
+	}
+	if len(p.strs) > 4096 {
+		return string(raw), true // messages and the like: not worth interning
+	}
+	s := string(raw)
+	p.strs[s] = s
+	return s, true
+}
+
+func (p *eventParser) int() (int64, bool) {
+	start := p.i
+	if p.i < len(p.b) && p.b[p.i] == '-' {
+		p.i++
+	}
+	digits := p.i
+	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		p.i++
+	}
+	if p.i < len(p.b) && (p.b[p.i] == '.' || p.b[p.i] == 'e' || p.b[p.i] == 'E') {
+		return 0, false
+	}
+	if p.i-digits > 1 && p.b[digits] == '0' {
+		return 0, false // JSON has no leading zeros; let encoding/json refuse it
+	}
+	n, err := strconv.ParseInt(string(p.b[start:p.i]), 10, 64)
+	return n, err == nil
+}
+
+func (p *eventParser) bool() (bool, bool) {
+	switch {
+	case bytes.HasPrefix(p.b[p.i:], []byte("true")):
+		p.i += 4
+		return true, true
+	case bytes.HasPrefix(p.b[p.i:], []byte("false")):
+		p.i += 5
+		return false, true
+	}
+	return false, false
+}
+
+func (p *eventParser) value() (*Value, bool) {
+	if bytes.HasPrefix(p.b[p.i:], []byte("null")) {
+		p.i += 4
+		return nil, true
+	}
+	if !p.eat('{') {
+		return nil, false
+	}
+	var v Value
+	p.ws()
+	for closed := p.eat('}'); !closed; {
+		key, ok := p.rawString()
+		if !ok {
+			return nil, false
+		}
+		p.ws()
+		if !p.eat(':') {
+			return nil, false
+		}
+		p.ws()
+		n, ok := p.int()
+		if !ok {
+			return nil, false
+		}
+		switch string(key) {
+		case "value":
+			v.Value = n
+		case "tag":
+			v.Tag = n
+		default:
+			return nil, false
+		}
+		if closed, ok = p.next('}'); !ok {
+			return nil, false
+		}
+	}
+	if len(p.values) == cap(p.values) {
+		p.values = make([]Value, 0, max(64, cap(p.values)))
+	}
+	p.values = append(p.values, v)
+	return &p.values[len(p.values)-1], true
+}
+
+func (p *eventParser) strList() ([]string, bool) {
+	if bytes.HasPrefix(p.b[p.i:], []byte("null")) {
+		p.i += 4
+		return nil, true
+	}
+	if !p.eat('[') {
+		return nil, false
+	}
+	out := []string{}
+	p.ws()
+	for closed := p.eat(']'); !closed; {
+		s, ok := p.str()
+		if !ok {
+			return nil, false
+		}
+		out = append(out, s)
+		if closed, ok = p.next(']'); !ok {
+			return nil, false
+		}
+	}
+	return out, true
+}
+
+// next consumes what follows an element of an object or array: a comma
+// (then another element must come) or the closing bracket.
+func (p *eventParser) next(closing byte) (closed, ok bool) {
+	p.ws()
+	switch {
+	case p.eat(','):
+		p.ws()
+		return false, p.i < len(p.b) && p.b[p.i] != closing
+	case p.eat(closing):
+		return true, true
+	default:
+		return false, false
+	}
+}
