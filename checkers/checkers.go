@@ -19,6 +19,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/splitbrain/splitbrain/workloads/history"
 )
@@ -147,9 +148,13 @@ func Check(ctx context.Context, in Input, cs ...Checker) Report {
 	return rep
 }
 
-// Default returns the checkers a run uses.
-func Default(opts LinearizableOptions) []Checker {
-	return []Checker{NewLinearizable(opts), Summary{}, Mutex{}, Fencing{}, Liveness{}}
+// Default returns the checkers for a history whose lease TTL is unknown.
+func Default(opts LinearizableOptions) []Checker { return ForRun(opts, 0) }
+
+// ForRun returns the checkers a run uses; ttl is its lease time to live
+// (zero when unknown).
+func ForRun(opts LinearizableOptions, ttl time.Duration) []Checker {
+	return []Checker{NewLinearizable(opts), Summary{}, Mutex{TTL: ttl}, Fencing{}, Liveness{}}
 }
 
 // compile-time assertions

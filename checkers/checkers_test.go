@@ -262,3 +262,40 @@ func TestLiveness(t *testing.T) {
 		t.Fatalf("details %+v", d)
 	}
 }
+
+func TestEarlyOverlaps(t *testing.T) {
+	ttl := int64(1000)
+	hold := func(id int64, client string, start, end int64) []history.Event {
+		return []history.Event{
+			{Time: start - 1, Type: history.Invoke, ID: id, F: history.FCriticalSection, Key: "k", Client: client},
+			{Time: end + 1, Type: history.OK, ID: id, F: history.FCriticalSection, Key: "k", Client: client, Acquired: start, Released: end,
+				Read: &history.Value{}, Write: &history.Value{Value: 1, Tag: id}},
+		}
+	}
+	tests := []struct {
+		name         string
+		holds        [][]history.Event
+		overlaps     int
+		early        int
+		unknownEarly bool
+	}{
+		{"sequential", [][]history.Event{hold(1, "a", 10, 100), hold(2, "b", 200, 300)}, 0, 0, false},
+		{"outlived its lease", [][]history.Event{hold(1, "a", 10, 3000), hold(2, "b", 10+ttl+50, 1500)}, 1, 0, false},
+		{"given away while live", [][]history.Event{hold(1, "a", 10, 3000), hold(2, "b", 10+ttl/4, 600)}, 1, 1, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var evs []history.Event
+			for _, h := range tt.holds {
+				evs = append(evs, h...)
+			}
+			d := Mutex{TTL: time.Duration(ttl)}.Check(context.Background(), NewInput(evs)).Details.(*MutexDetails)
+			if d.Overlaps != tt.overlaps || d.EarlyOverlaps != tt.early {
+				t.Fatalf("overlaps %d early %d, want %d %d", d.Overlaps, d.EarlyOverlaps, tt.overlaps, tt.early)
+			}
+		})
+	}
+	if d := (Mutex{}).Check(context.Background(), NewInput(nil)).Details.(*MutexDetails); d.EarlyOverlaps != -1 {
+		t.Fatalf("unknown TTL gives early overlaps %d", d.EarlyOverlaps)
+	}
+}

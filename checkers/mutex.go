@@ -64,7 +64,18 @@ func Holds(in Input) []Hold {
 // whenever a holder outlives its lease (a pause, a partition, a skewed
 // clock); it is a fact about the lock, not a data anomaly, so it does not
 // judge the run.
-type Mutex struct{}
+//
+// With the lease TTL known, Mutex also counts early overlaps: a second
+// holder granted less than TTL/2 after the first was granted, while the
+// first had not released. No correct lease lock does that — the first
+// lease was renewed at most TTL/3 before its grant (etcd's session
+// keep-alive), so it lasts at least 2/3 TTL — so an early overlap means
+// the lock service itself gave a live lock away (an unchecked release, a
+// skewed clock deciding expiry, a split brain).
+type Mutex struct {
+	// TTL is the lease time to live; zero skips early overlaps.
+	TTL time.Duration
+}
 
 // Name implements [Checker].
 func (Mutex) Name() string { return "mutex" }
@@ -82,13 +93,21 @@ type MutexDetails struct {
 	Holds    int           `json:"holds"`
 	Overlaps int           `json:"overlaps"`
 	Longest  time.Duration `json:"longest_overlap_ns"`
+	// EarlyOverlaps counts overlaps whose second holder was granted less
+	// than TTL/2 after the first (see Mutex); -1 when the TTL is unknown.
+	EarlyOverlaps int `json:"early_overlaps"`
+	// EarlyExamples are the first early overlaps.
+	EarlyExamples []Overlap `json:"early_examples,omitempty"`
 	// Examples are the first overlaps found (at most 10).
 	Examples []Overlap `json:"examples,omitempty"`
 }
 
 // Check implements [Checker].
-func (Mutex) Check(_ context.Context, in Input) Result {
+func (m Mutex) Check(_ context.Context, in Input) Result {
 	d := &MutexDetails{}
+	if m.TTL <= 0 {
+		d.EarlyOverlaps = -1
+	}
 	byKey := map[string][]Hold{}
 	for _, h := range Holds(in) {
 		byKey[h.Key] = append(byKey[h.Key], h)
@@ -109,8 +128,15 @@ func (Mutex) Check(_ context.Context, in Input) Result {
 				ov := time.Duration(min(o.End, h.End) - h.Start)
 				d.Overlaps++
 				d.Longest = max(d.Longest, ov)
+				ex := Overlap{Key: k, First: o, Second: h, Duration: ov}
 				if len(d.Examples) < 10 {
-					d.Examples = append(d.Examples, Overlap{Key: k, First: o, Second: h, Duration: ov})
+					d.Examples = append(d.Examples, ex)
+				}
+				if m.TTL > 0 && time.Duration(h.Start-o.Start) < m.TTL/2 {
+					d.EarlyOverlaps++
+					if len(d.EarlyExamples) < 10 {
+						d.EarlyExamples = append(d.EarlyExamples, ex)
+					}
 				}
 			}
 			open = append(open, h)

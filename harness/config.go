@@ -98,6 +98,9 @@ type Config struct {
 	Keep bool `json:"keep"`
 	// RecipeOptions are lock-recipe switches (anti-patterns).
 	RecipeOptions map[string]string `json:"recipe_options,omitempty"`
+	// Bypass lists clients ("c1,c2") that write without lock or token, a
+	// bypass writer beside the others (anti-pattern 6).
+	Bypass string `json:"bypass,omitempty"`
 }
 
 // DefaultConfig is a 30 s Redis unfenced-counter run under pauses.

@@ -207,6 +207,7 @@ func (r *run) execute(ctx context.Context) error {
 	target := r.deps.Targets[r.cfg.Target]
 	wl, err := workloads.New(r.cfg.Workload, workloads.CounterOptions{
 		Keys: r.cfg.Keys, OpTimeout: r.cfg.OpTimeout, Seed: r.cfg.Seed, Log: r.log, Work: r.cfg.Work,
+		Bypass: splitList(r.cfg.Bypass),
 	})
 	if err != nil {
 		return &InputError{Err: err}
@@ -503,7 +504,7 @@ func (r *run) finish(runErr error) {
 	}
 	r.res.History = rep
 	in := checkers.NewInput(ev)
-	report := checkers.Check(context.WithoutCancel(r.deps.Hard), in, checkers.Default(checkers.LinearizableOptions{Timeout: r.cfg.CheckTimeout})...)
+	report := checkers.Check(context.WithoutCancel(r.deps.Hard), in, checkers.ForRun(checkers.LinearizableOptions{Timeout: r.cfg.CheckTimeout}, r.cfg.LeaseTTL)...)
 	r.phases["check"] = time.Since(start)
 	r.res.Checkers = report.Checkers
 	r.res.Valid = report.Valid

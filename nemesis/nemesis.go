@@ -52,6 +52,25 @@ func (e *Env) Node(name string) (runtime.Node, bool) {
 	return nil, false
 }
 
+// holders waits up to wait for clients in their critical section and
+// returns them (none when there were none, or the workload cannot tell).
+func (e *Env) holders(ctx context.Context, wait time.Duration) ([]string, error) {
+	if e.InCriticalSection == nil {
+		return nil, nil
+	}
+	deadline := time.Now().Add(wait)
+	for {
+		if names := e.InCriticalSection(); len(names) > 0 || !time.Now().Before(deadline) {
+			return names, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
 func (e *Env) all() []runtime.Node {
 	out := slices.Clone(e.Nodes)
 	if e.Store != nil {

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/splitbrain/splitbrain/harness/runtime"
 )
@@ -43,6 +44,9 @@ const (
 	TopoBridge           = "bridge"
 	TopoLeader           = "leader"
 	TopoClientsFromLocks = "clients-from-locks"
+	// TopoLocksAway cuts every client off from every lock node: the lock
+	// service partitioned away.
+	TopoLocksAway        = "locks-away"
 	TopoStoreFromClients = "store-from-clients"
 	// OneWay is the suffix of a topology's one-way variant: only packets
 	// from the first side to the second are dropped.
@@ -83,14 +87,19 @@ var topologies = map[string]topology{
 		}
 		return []string{l.Name()}, without(nodeNames(env.Nodes), l.Name()), nil
 	}},
-	TopoClientsFromLocks: {minNodes: 1, build: func(_ context.Context, env *Env, rng *rand.Rand) ([]string, []string, error) {
-		return someClients(env, rng), nodeNames(env.Nodes), nil
+	TopoClientsFromLocks: {minNodes: 1, build: func(ctx context.Context, env *Env, rng *rand.Rand) ([]string, []string, error) {
+		cs, err := someClients(ctx, env, rng)
+		return cs, nodeNames(env.Nodes), err
 	}},
-	TopoStoreFromClients: {minNodes: 1, build: func(_ context.Context, env *Env, rng *rand.Rand) ([]string, []string, error) {
+	TopoLocksAway: {minNodes: 1, build: func(_ context.Context, env *Env, _ *rand.Rand) ([]string, []string, error) {
+		return nodeNames(env.Clients), nodeNames(env.Nodes), nil
+	}},
+	TopoStoreFromClients: {minNodes: 1, build: func(ctx context.Context, env *Env, rng *rand.Rand) ([]string, []string, error) {
 		if env.Store == nil {
 			return nil, nil, errors.New("no store node")
 		}
-		return someClients(env, rng), []string{env.Store.Name()}, nil
+		cs, err := someClients(ctx, env, rng)
+		return cs, []string{env.Store.Name()}, err
 	}},
 }
 
@@ -181,16 +190,20 @@ func shuffled(names []string, rng *rand.Rand) []string {
 	return out
 }
 
+// holderWait bounds how long a partition waits for a client in its
+// critical section to cut off.
+const holderWait = time.Second
+
 // someClients picks the clients to cut off: the ones holding a lock right
-// now (the old holders that will write late), else a random nonempty half.
-func someClients(env *Env, rng *rand.Rand) []string {
-	if env.InCriticalSection != nil {
-		if hs := env.InCriticalSection(); len(hs) > 0 {
-			return hs
-		}
+// now (the old holders that will write late; waiting up to holderWait for
+// one), else a random nonempty half.
+func someClients(ctx context.Context, env *Env, rng *rand.Rand) ([]string, error) {
+	hs, err := env.holders(ctx, holderWait)
+	if err != nil || len(hs) > 0 {
+		return hs, err
 	}
 	names := shuffled(nodeNames(env.Clients), rng)
-	return names[:max(1, len(names)/2)]
+	return names[:max(1, len(names)/2)], nil
 }
 
 // Partition cuts the network between groups of nodes with iptables DROP

@@ -54,7 +54,7 @@ func TestTopologiesReachability(t *testing.T) {
 				t.Fatalf("%s cuts nothing", topo)
 			}
 			probed := env.Nodes
-			if strings.HasPrefix(topo, nemesis.TopoClientsFromLocks) || strings.HasPrefix(topo, nemesis.TopoStoreFromClients) {
+			if strings.HasPrefix(topo, nemesis.TopoClientsFromLocks) || strings.HasPrefix(topo, nemesis.TopoStoreFromClients) || strings.HasPrefix(topo, nemesis.TopoLocksAway) {
 				probed = all
 			}
 			if err := nemesis.Apply(ctx, env, g); err != nil {

@@ -59,22 +59,13 @@ func chooseNode(ctx context.Context, env *Env, rng *rand.Rand, group string, hol
 	var pool []runtime.Node
 	switch group {
 	case GroupHolder:
-		if env.InCriticalSection != nil {
-			deadline := time.Now().Add(holderWait)
-			for {
-				if names := env.InCriticalSection(); len(names) > 0 {
-					if n, ok := env.Node(names[rng.IntN(len(names))]); ok {
-						return n, nil
-					}
-				}
-				if time.Now().After(deadline) {
-					break
-				}
-				select {
-				case <-ctx.Done():
-					return nil, ctx.Err()
-				case <-time.After(5 * time.Millisecond):
-				}
+		names, err := env.holders(ctx, holderWait)
+		if err != nil {
+			return nil, err
+		}
+		if len(names) > 0 {
+			if n, ok := env.Node(names[rng.IntN(len(names))]); ok {
+				return n, nil
 			}
 		}
 		pool = env.Clients

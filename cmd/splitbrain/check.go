@@ -30,6 +30,7 @@ func newCheckCmd(_ *globalFlags) *cobra.Command {
 			if st, err := os.Stat(path); err == nil && st.IsDir() {
 				path = filepath.Join(path, "history.jsonl")
 			}
+			ttl := leaseTTL(filepath.Join(filepath.Dir(path), "results.json"))
 			events, rep, err := history.ReadFile(path)
 			switch {
 			case errors.Is(err, os.ErrNotExist):
@@ -43,7 +44,7 @@ func newCheckCmd(_ *globalFlags) *cobra.Command {
 				fmt.Fprintf(cmd.ErrOrStderr(), "splitbrain: %s: dropped a torn last line (%d bytes), as after a crash\n", path, rep.TornBytes)
 			}
 			in := checkers.NewInput(events)
-			report := checkers.Check(context.Background(), in, checkers.Default(checkers.LinearizableOptions{Timeout: timeout})...)
+			report := checkers.Check(context.Background(), in, checkers.ForRun(checkers.LinearizableOptions{Timeout: timeout}, ttl)...)
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
@@ -56,7 +57,7 @@ func newCheckCmd(_ *globalFlags) *cobra.Command {
 			} else {
 				w := cmd.OutOrStdout()
 				fmt.Fprintf(w, "valid: %s (%d events)\n", report.Valid, rep.Events)
-				for _, name := range []string{"linearizable", "summary", "mutex", "fencing"} {
+				for _, name := range []string{"linearizable", "summary", "mutex", "fencing", "liveness"} {
 					r := report.Checkers[name]
 					b, _ := json.Marshal(r.Details)
 					fmt.Fprintf(w, "%s: %s %s\n", name, r.Verdict, b)
@@ -68,4 +69,22 @@ func newCheckCmd(_ *globalFlags) *cobra.Command {
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "bound on the linearizability check (past it: unknown)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the full report as JSON")
 	return cmd
+}
+
+// leaseTTL reads the lease TTL from a run's results.json, zero when there
+// is none (the early-overlap count then stays unknown).
+func leaseTTL(path string) time.Duration {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	var r struct {
+		Options struct {
+			LeaseTTL time.Duration `json:"lease_ttl_ns"`
+		} `json:"options"`
+	}
+	if json.Unmarshal(b, &r) != nil {
+		return 0
+	}
+	return r.Options.LeaseTTL
 }

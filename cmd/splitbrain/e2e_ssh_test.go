@@ -242,6 +242,25 @@ func TestSSHRuntime(t *testing.T) {
 		}
 	})
 
+	t.Run("a refused host ends a run with a clean error", func(t *testing.T) {
+		cfg := harness.DefaultConfig()
+		cfg.Target, cfg.TimeLimit, cfg.ResultsDir = "etcd", time.Second, t.TempDir()
+		o := lab.options()
+		o.KnownHosts = []string{filepath.Join(t.TempDir(), "missing")}
+		deps, err := sshDeps(cfg, o, slog.New(slog.DiscardHandler), sshTestLog{t})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := harness.Run(context.Background(), cfg, deps)
+		if err == nil || !strings.Contains(err.Error(), "--known-hosts FILE") || strings.Contains(err.Error(), "panic") {
+			t.Fatalf("err = %v", err)
+		}
+		if out == nil || out.Results.Valid != checkers.Unknown {
+			t.Fatalf("outcome %+v", out)
+		}
+		lab.assertClean(t)
+	})
+
 	t.Run("insecure-ignore-host-keys connects and warns", func(t *testing.T) {
 		var logb bytes.Buffer
 		o := lab.options()

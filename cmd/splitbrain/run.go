@@ -71,6 +71,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&cfg.ResultsDir, "results", cfg.ResultsDir, "directory for run results")
 	f.BoolVar(&cfg.Keep, "keep", false, "leave containers and the network after the run")
 	f.StringArrayVar(&recipeOpts, "recipe-opt", nil, "lock recipe option key=value (repeatable), e.g. expiry=none")
+	f.StringVar(&cfg.Bypass, "bypass-clients", "", "clients (c1,c2) that write without lock or token: a bypass writer")
 	return cmd
 }
 

@@ -114,7 +114,11 @@ func sshDeps(cfg harness.Config, opts sshrt.Options, log *slog.Logger, progress 
 			for _, a := range arts {
 				o.Binaries = append(o.Binaries, sshrt.Binary{Name: a.Name, Local: a.Path, Dest: a.Dest, Mode: os.FileMode(a.Mode)})
 			}
-			return sshrt.New(ctx, o)
+			rt, err := sshrt.New(ctx, o)
+			if err != nil {
+				return nil, err // not a typed nil in the interface
+			}
+			return rt, nil
 		},
 		Log: log,
 	}, nil

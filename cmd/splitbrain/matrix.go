@@ -1,0 +1,182 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/splitbrain/splitbrain/harness"
+	"github.com/splitbrain/splitbrain/harness/scenario"
+	"github.com/splitbrain/splitbrain/targets/catalog"
+)
+
+func newScenariosCmd(_ *globalFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "scenarios",
+		Short: "List the scenario catalogue: each anti-pattern and the correct pattern, with the outcome expected",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "NAME\tANTI-PATTERN\tTARGETS\tEXPECTED\tWHAT IT SHOWS")
+			for _, s := range scenario.Catalogue() {
+				ap := "-"
+				if s.AntiPattern > 0 {
+					ap = fmt.Sprint(s.AntiPattern)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, ap, strings.Join(s.Targets, ","), describe(s.Expect), s.Title)
+			}
+			return tw.Flush()
+		},
+	}
+}
+
+// describe says an expectation in a few words.
+func describe(e scenario.Expect) string {
+	var parts []string
+	if e.Valid != nil {
+		parts = append(parts, "valid="+e.Valid.String())
+	}
+	add := func(ok bool, s string) {
+		if ok {
+			parts = append(parts, s)
+		}
+	}
+	add(e.MinLostUpdates > 0, "lost updates")
+	add(e.MinEarlyOverlaps > 0, "live lock given away")
+	add(e.NoEarlyOverlaps, "no live lock given away")
+	add(e.MinLateRejected > 0, "late write refused")
+	add(e.StallToEnd, "stall to the end")
+	add(e.MinStall > 0 && !e.StallToEnd, fmt.Sprintf("stall ≥ %v", e.MinStall))
+	add(e.Recovers, "recovers")
+	add(e.MinBusy > 0, "busy counted")
+	add(e.MinUnavailable > 0, "unavailable counted")
+	return strings.Join(parts, ", ")
+}
+
+type matrixFlags struct {
+	results string
+	junit   string
+	timeout time.Duration
+}
+
+func (m *matrixFlags) bind(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&m.results, "results", "results", "directory for the runs and matrix.json")
+	cmd.Flags().StringVar(&m.junit, "junit", "", "also write the outcomes as JUnit XML to this file")
+}
+
+// runMatrix runs set through the harness on Docker and writes its outputs.
+func runMatrix(cmd *cobra.Command, g *globalFlags, set *scenario.Set, mf *matrixFlags) (*scenario.Matrix, error) {
+	log, err := g.logger(cmd.ErrOrStderr())
+	if err != nil {
+		return nil, err
+	}
+	soft, hard, stop := interrupts(cmd.Context(), log)
+	defer stop()
+	deps, closeDeps, err := dockerDeps(hard, log, io.Discard)
+	if err != nil {
+		return nil, err
+	}
+	defer closeDeps()
+	deps.Hard = hard
+	rn := &scenario.Runner{Deps: deps, ResultsDir: mf.results, Progress: cmd.ErrOrStderr()}
+	m := rn.Run(soft, set)
+	if err := m.WriteTable(cmd.OutOrStdout()); err != nil {
+		return m, err
+	}
+	dir := filepath.Join(mf.results, "matrix", fmt.Sprintf("%s-%s", set.Name, m.Started.Format("20060102T150405Z")))
+	if err := m.WriteJSON(filepath.Join(dir, "matrix.json")); err != nil {
+		return m, err
+	}
+	fmt.Fprintf(cmd.OutOrStdout(), "matrix: %s\n", filepath.Join(dir, "matrix.json"))
+	if mf.junit != "" {
+		if err := m.WriteJUnit(mf.junit); err != nil {
+			return m, err
+		}
+	}
+	return m, nil
+}
+
+// mismatchError is the one line a failing matrix ends with.
+func mismatchError(m *scenario.Matrix) error {
+	for _, r := range m.Rows {
+		if !r.Pass() {
+			why := strings.Join(append(append([]string{}, r.Mismatches...), r.Error), "; ")
+			return &exitError{code: exitInvalid, err: fmt.Errorf("%w: %d of %d; first: %s on %s (seed %d): %s",
+				scenario.ErrMismatch, m.Failed(), len(m.Rows), r.Scenario, r.Target, r.Seed, strings.TrimSuffix(why, "; "))}
+		}
+	}
+	return nil
+}
+
+func newMatrixCmd(g *globalFlags) *cobra.Command {
+	var (
+		setName string
+		mf      matrixFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "matrix",
+		Short: "Run a set of scenarios with fixed seeds; fail when any outcome differs from its expectation",
+		Example: "  splitbrain matrix --set nightly --junit results/junit.xml\n" +
+			"  splitbrain matrix --set ./my-set.yaml",
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			set, err := scenario.LoadSet(setName)
+			if err != nil {
+				return err
+			}
+			m, err := runMatrix(cmd, g, set, &mf)
+			if err != nil {
+				return err
+			}
+			return mismatchError(m)
+		},
+	}
+	cmd.Flags().StringVar(&setName, "set", "nightly", "a shipped set (nightly, smoke) or a YAML file")
+	mf.bind(cmd)
+	return cmd
+}
+
+func newValidateCmd(g *globalFlags) *cobra.Command {
+	var (
+		target    string
+		timeLimit time.Duration
+		mf        matrixFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "validate",
+		Short: "Run the catalogue against one backend and answer the lock-safety checklist from the runs",
+		Args:  exactArgs(0),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			t, ok := catalog.Targets()[target]
+			if !ok {
+				return harness.BadInput("unknown target %q (known: %s)", target, strings.Join(catalog.TargetNames(), ", "))
+			}
+			m, err := runMatrix(cmd, g, scenario.ValidationSet(target, timeLimit), &mf)
+			if err != nil {
+				return err
+			}
+			items := scenario.Checklist(t, m)
+			fmt.Fprintln(cmd.OutOrStdout())
+			scenario.WriteChecklist(cmd.OutOrStdout(), target, items)
+			if err := mismatchError(m); err != nil {
+				return err
+			}
+			for _, it := range items {
+				if !it.Pass {
+					return &exitError{code: exitInvalid, err: errors.New("validate: the backend fails part of the checklist (see above)")}
+				}
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&target, "target", "etcd", "backend: "+strings.Join(catalog.TargetNames(), ", "))
+	cmd.Flags().DurationVar(&timeLimit, "time-limit", 20*time.Second, "each run's test phase")
+	mf.bind(cmd)
+	return cmd
+}

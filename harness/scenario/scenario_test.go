@@ -1,0 +1,160 @@
+package scenario
+
+import (
+	"encoding/xml"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/harness"
+	"github.com/splitbrain/splitbrain/harness/testenv"
+	"github.com/splitbrain/splitbrain/targets/catalog"
+)
+
+func TestCatalogueCoversEveryAntiPattern(t *testing.T) {
+	seen := map[int]bool{}
+	names := map[string]bool{}
+	known := catalog.Targets()
+	for _, s := range Catalogue() {
+		if names[s.Name] {
+			t.Fatalf("scenario %s twice", s.Name)
+		}
+		names[s.Name] = true
+		seen[s.AntiPattern] = true
+		for _, target := range s.Targets {
+			cfg, err := s.Config(target, harness.DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.ResultsDir = t.TempDir()
+			if err := cfg.Validate(known); err != nil {
+				t.Errorf("%s on %s: %v", s.Name, target, err)
+			}
+		}
+	}
+	for ap := 0; ap <= 8; ap++ {
+		if !seen[ap] {
+			t.Errorf("no scenario for anti-pattern %d", ap)
+		}
+	}
+	for _, set := range []string{"nightly", "smoke"} {
+		if _, err := LoadSet(set); err != nil {
+			t.Errorf("set %s: %v", set, err)
+		}
+	}
+}
+
+func TestLoadSetRefusesBadSets(t *testing.T) {
+	dir := t.TempDir()
+	tests := map[string]string{
+		"unknown scenario": "name: x\ntime_limit: 10s\nscenarios: [{name: nope}]\n",
+		"wrong target":     "name: x\ntime_limit: 10s\nscenarios: [{name: bypass-writer, targets: [etcd]}]\n",
+		"bad verdict":      "name: x\ntime_limit: 10s\nscenarios: [{name: bypass-writer, valid: maybe}]\n",
+		"no time limit":    "name: x\nscenarios: [{name: bypass-writer}]\n",
+		"unknown field":    "name: x\ntime_limit: 10s\nscenaros: []\n",
+		"no scenarios":     "name: x\ntime_limit: 10s\n",
+		"not yaml":         "{{{",
+	}
+	for name, body := range tests {
+		t.Run(name, func(t *testing.T) {
+			p := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
+			if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := LoadSet(p); err == nil || !harness.IsBadInput(err) {
+				t.Fatalf("got %v, want an input error", err)
+			}
+		})
+	}
+	if _, err := LoadSet("weekly"); err == nil || !strings.Contains(err.Error(), "nightly") {
+		t.Fatalf("unknown shipped set: %v", err)
+	}
+}
+
+func results(valid checkers.Verdict, lost int64, early int, stalled []string, longest time.Duration) *harness.Results {
+	return &harness.Results{
+		Valid: valid,
+		Checkers: map[string]checkers.Result{
+			"summary":  {Details: &checkers.SummaryDetails{LostUpdates: lost}},
+			"mutex":    {Details: &checkers.MutexDetails{EarlyOverlaps: early, Overlaps: early}},
+			"fencing":  {Details: &checkers.FencingDetails{}},
+			"liveness": {Details: &checkers.LivenessDetails{Stalled: stalled, Longest: checkers.Stall{Duration: longest}}},
+		},
+	}
+}
+
+func TestMismatches(t *testing.T) {
+	tests := []struct {
+		name   string
+		e      Expect
+		r      *harness.Results
+		misses int
+	}{
+		{"as expected", Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1}, results(checkers.Invalid, 3, 0, nil, 0), 0},
+		{"safe config found broken", Expect{Valid: verdict(checkers.Valid), NoEarlyOverlaps: true}, results(checkers.Invalid, 2, 1, nil, 0), 2},
+		{"known-bad not caught", Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1}, results(checkers.Valid, 0, 0, nil, 0), 2},
+		{"stall expected", Expect{StallToEnd: true, MinStall: 5 * time.Second}, results(checkers.Valid, 0, 0, nil, time.Second), 2},
+		{"recovery expected", Expect{Recovers: true, MaxStall: 4 * time.Second}, results(checkers.Valid, 0, 0, []string{"k0"}, 9*time.Second), 2},
+		{"unknown is not valid", Expect{Valid: verdict(checkers.Valid)}, results(checkers.Unknown, 0, 0, nil, 0), 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := tt.e.Mismatches(tt.r); len(got) != tt.misses {
+				t.Fatalf("mismatches %q, want %d", got, tt.misses)
+			}
+		})
+	}
+	if got := (Expect{}).Mismatches(&harness.Results{}); len(got) != 1 {
+		t.Fatalf("a run without checkers passes: %q", got)
+	}
+}
+
+func TestJUnit(t *testing.T) {
+	m := &Matrix{Set: &Set{Name: "t"}, Rows: []Row{
+		{Scenario: "a", Target: "redis", Seed: 1, Verdict: checkers.Invalid},
+		{Scenario: "b", Target: "etcd", Seed: 1, Verdict: checkers.Valid, Mismatches: []string{"verdict valid, expected invalid"}},
+		{Scenario: "c", Target: "lockd", Seed: 1, Error: "images: boom <&>"},
+	}}
+	path := filepath.Join(t.TempDir(), "junit.xml")
+	if err := m.WriteJUnit(path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got junitSuites
+	if err := xml.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if s := got.Suites[0]; s.Tests != 3 || s.Failures != 1 || s.Errors != 1 || s.Cases[1].Failure == nil || s.Cases[2].Error == nil {
+		t.Fatalf("junit %+v", got)
+	}
+	// A real JUnit parser accepts it (Debian's python3-junitparser, so
+	// Debian's python3, not another on PATH).
+	py, err := exec.LookPath("/usr/bin/python3")
+	if err == nil && exec.Command(py, "-c", "import junitparser").Run() != nil {
+		err = exec.ErrNotFound
+	}
+	if err != nil {
+		if testenv.InCI() {
+			t.Fatal("CI=true: python3-junitparser is required (apt-get install -y python3-junitparser)")
+		}
+		t.Skip("python3-junitparser not installed (apt-get install -y python3-junitparser)")
+	}
+	script := `import sys
+from junitparser import JUnitXml, Failure, Error
+x = JUnitXml.fromfile(sys.argv[1])
+cases = [c for s in x for c in s]
+fails = sum(1 for c in cases for r in c.result if isinstance(r, Failure))
+errs = sum(1 for c in cases for r in c.result if isinstance(r, Error))
+print(len(cases), fails, errs)`
+	out, err := exec.Command(py, "-c", script, path).CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "3 1 1" {
+		t.Fatalf("junitparser: %s %v", out, err)
+	}
+}
