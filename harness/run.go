@@ -239,9 +239,13 @@ func (r *run) execute(ctx context.Context) error {
 			}
 			r.res.Images = imgs
 		}
-		if r.rt, err = r.deps.NewRuntime(hard, r.runID, r.cfg.Keep, r.log); err != nil {
+		// Assign only on success: a typed nil in the interface would
+		// pass the nil checks of cleanup.
+		rtm, err := r.deps.NewRuntime(hard, r.runID, r.cfg.Keep, r.log)
+		if err != nil {
 			return fmt.Errorf("runtime: %w", err)
 		}
+		r.rt = rtm
 		storeNode, storeAddr, err := store.Deploy(hard, r.rt, imgs[roleStore])
 		if err != nil {
 			return err

@@ -276,24 +276,36 @@ func sortedKeys(g Grudge) []string {
 }
 
 // Apply installs g: in each node with a grudge, a chain of DROP rules for
-// the sources it ignores, hooked first into INPUT.
+// the sources it ignores, hooked first into INPUT. Nodes that share an
+// address (co-located on one host, as the SSH runtime allows) share one
+// network stack, so their grudges are merged and installed once.
 func Apply(ctx context.Context, env *Env, g Grudge) error {
 	addrs := map[string]string{}
 	for _, n := range env.all() {
 		addrs[n.Name()] = n.Addr().String()
 	}
-	return forNodes(ctx, env.all(), func(ctx context.Context, n runtime.Node) error {
-		froms := g[n.Name()]
-		if len(froms) == 0 {
-			return nil
-		}
-		script := []string{"set -e", "iptables -w -N " + Chain, "iptables -w -I INPUT 1 -j " + Chain}
-		for _, f := range froms {
-			a, ok := addrs[f]
+	drops := map[string][]string{} // address → source addresses it drops
+	var hosts []runtime.Node       // one node per address with a grudge
+	for _, n := range env.all() {
+		a := addrs[n.Name()]
+		for _, f := range g[n.Name()] {
+			src, ok := addrs[f]
 			if !ok {
 				return fmt.Errorf("partition: unknown node %q", f)
 			}
-			script = append(script, "iptables -w -A "+Chain+" -s "+ShellQuote(a)+" -j DROP")
+			if src == a || slices.Contains(drops[a], src) {
+				continue
+			}
+			if len(drops[a]) == 0 {
+				hosts = append(hosts, n)
+			}
+			drops[a] = append(drops[a], src)
+		}
+	}
+	return forNodes(ctx, hosts, func(ctx context.Context, n runtime.Node) error {
+		script := []string{"set -e", "iptables -w -N " + Chain, "iptables -w -I INPUT 1 -j " + Chain}
+		for _, src := range drops[addrs[n.Name()]] {
+			script = append(script, "iptables -w -A "+Chain+" -s "+ShellQuote(src)+" -j DROP")
 		}
 		if _, err := runtime.Run(ctx, n, "sh", "-c", strings.Join(script, "\n")); err != nil {
 			return fmt.Errorf("install rules in %s: %w", n.Name(), err)

@@ -8,13 +8,23 @@ import (
 	"github.com/splitbrain/splitbrain/harness/runtime/docker"
 )
 
-func newCleanCmd(_ *globalFlags) *cobra.Command {
-	var runID string
+func newCleanCmd(g *globalFlags) *cobra.Command {
+	var (
+		runID string
+		sf    sshFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "clean",
 		Short: "Remove containers and networks left by earlier runs (found by their labels)",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if sf.enabled() {
+				log, err := g.logger(cmd.ErrOrStderr())
+				if err != nil {
+					return err
+				}
+				return sshClean(cmd.Context(), &sf, runID, log)
+			}
 			cli, err := docker.Connect(cmd.Context())
 			if err != nil {
 				return err
@@ -26,5 +36,6 @@ func newCleanCmd(_ *globalFlags) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&runID, "run", "", "only this run's (default: every splitbrain run's)")
+	sf.register(cmd)
 	return cmd
 }

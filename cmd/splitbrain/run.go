@@ -25,6 +25,7 @@ import (
 func newRunCmd(g *globalFlags) *cobra.Command {
 	cfg := harness.DefaultConfig()
 	var recipeOpts []string
+	var sf sshFlags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run one test: bring up a backend, drive clients under faults, check the history",
@@ -39,7 +40,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 			if cfg.RecipeOptions, err = parseKV(recipeOpts); err != nil {
 				return &usageError{err}
 			}
-			return runTest(cmd.Context(), cfg, log, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return runTest(cmd.Context(), cfg, &sf, log, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
@@ -72,6 +73,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	f.BoolVar(&cfg.Keep, "keep", false, "leave containers and the network after the run")
 	f.StringArrayVar(&recipeOpts, "recipe-opt", nil, "lock recipe option key=value (repeatable), e.g. expiry=none")
 	f.StringVar(&cfg.Bypass, "bypass-clients", "", "clients (c1,c2) that write without lock or token: a bypass writer")
+	sf.register(cmd)
 	return cmd
 }
 
@@ -135,13 +137,22 @@ func dockerDeps(ctx context.Context, log *slog.Logger, progress io.Writer) (harn
 	return deps, func() { cli.Close() }, nil
 }
 
-func runTest(ctx context.Context, cfg harness.Config, log *slog.Logger, stdout, stderr io.Writer) error {
+func runTest(ctx context.Context, cfg harness.Config, sf *sshFlags, log *slog.Logger, stdout, stderr io.Writer) error {
 	if err := cfg.Validate(catalog.Targets()); err != nil {
 		return err
 	}
 	soft, hard, stop := interrupts(ctx, log)
 	defer stop()
-	deps, closeDeps, err := dockerDeps(hard, log, stderr)
+	var (
+		deps      harness.Deps
+		closeDeps func()
+		err       error
+	)
+	if sf.enabled() {
+		deps, closeDeps, err = sf.deps(cfg, log, stderr)
+	} else {
+		deps, closeDeps, err = dockerDeps(hard, log, stderr)
+	}
 	if err != nil {
 		return err
 	}

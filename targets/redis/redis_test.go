@@ -149,6 +149,43 @@ func TestRecipe(t *testing.T) {
 		}
 	})
 
+	t.Run("client-judged expiry lets a client with a fast clock steal a live lock", func(t *testing.T) {
+		opts := map[string]string{"expiry": "client"}
+		a, b := locker(t, addr, "a", 2*time.Second, opts), locker(t, addr, "b", 2*time.Second, opts)
+		ahead := locker(t, addr, "ahead", 2*time.Second, opts).(*Locker)
+		ahead.now = func() time.Time { return time.Now().Add(3 * time.Second) } // its wall clock runs 3s fast
+		la, err := a.Acquire(ctx, "k6")
+		if err != nil {
+			t.Fatal(err)
+		}
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		_, err = b.Acquire(short, "k6")
+		cancel()
+		if !errors.Is(err, targets.ErrBusy) {
+			t.Fatalf("a client with a true clock took a live lock: %v, want busy", err)
+		}
+		short, cancel = context.WithTimeout(ctx, 200*time.Millisecond)
+		lt, err := ahead.Acquire(short, "k6") // a's lease has 2s left by a's clock
+		cancel()
+		if err != nil {
+			t.Fatalf("the client ahead did not steal the lock: %v", err)
+		}
+		if lt.Token() <= la.Token() {
+			t.Fatalf("tokens %d then %d: the steal did not take a greater token", la.Token(), lt.Token())
+		}
+		if err := la.Release(ctx); !errors.Is(err, targets.ErrNotOwner) {
+			t.Fatalf("release by the robbed holder: %v, want not-owner", err)
+		}
+		if err := lt.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		lb, err := b.Acquire(ctx, "k6") // free again: granted at once
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = lb.Release(ctx)
+	})
+
 	t.Run("unreachable is not busy", func(t *testing.T) {
 		if err := c.Stop(ctx, nil); err != nil {
 			t.Fatal(err)
@@ -171,11 +208,34 @@ func TestRecipeOptions(t *testing.T) {
 		{nil, time.Second, true},
 		{map[string]string{"expiry": "none"}, 0, true},
 		{map[string]string{"expiry": "sometimes"}, time.Second, false},
+		{map[string]string{"expiry": "client"}, time.Second, true},
+		{map[string]string{"expiry": "client"}, 0, false},
 		{nil, 0, false},
 	} {
 		_, err := NewLocker(context.Background(), targets.RecipeConfig{Endpoints: []string{"127.0.0.1:1"}, TTL: targets.Duration(tt.ttl), Options: tt.opts}, "c", nil)
 		if (err == nil) != tt.ok {
 			t.Errorf("options %v ttl %v: err %v", tt.opts, tt.ttl, err)
+		}
+	}
+}
+
+func TestParseTime(t *testing.T) {
+	tests := []struct {
+		out  string
+		want time.Time
+		ok   bool
+	}{
+		{"1700000000\n123456\n", time.Unix(1700000000, 123456000), true},
+		{"1700000000\r\n0\r\n", time.Unix(1700000000, 0), true},
+		{"1700000000\n", time.Time{}, false},
+		{"x\n1\n", time.Time{}, false},
+		{"1\n1000000\n", time.Time{}, false},
+		{"(error) ERR\n", time.Time{}, false},
+	}
+	for _, tt := range tests {
+		got, err := parseTime([]byte(tt.out))
+		if (err == nil) != tt.ok || !got.Equal(tt.want) {
+			t.Errorf("parseTime(%q) = %v, %v; want %v ok=%v", tt.out, got, err, tt.want, tt.ok)
 		}
 	}
 }
