@@ -1,7 +1,8 @@
-# The two commands of the README: `make demo` (the main job) and `make test`.
+# The two commands of the README: `make demo` (the main job) and `make test`;
+# `make images` builds every image (the control image of docker-compose.yml too).
 GO ?= go
 
-.PHONY: deps demo test
+.PHONY: deps demo test images
 
 deps:
 	./.ci/deps
@@ -14,6 +15,9 @@ demo: deps
 	code=$$?; \
 	if [ $$code = 1 ]; then echo "demo: invalid (exit 1), as expected for an unfenced lock; see results/latest/"; exit 0; fi; \
 	exit $$code
+
+images: deps
+	$(GO) run ./cmd/splitbrain images build
 
 test: deps
 	$(GO) vet ./...

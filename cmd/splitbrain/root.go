@@ -130,6 +130,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newLockdCmd(g),
 		newClockCmd(g),
 		newServeCmd(g),
+		newBenchLoopCmd(g),
 	)
 	return root
 }

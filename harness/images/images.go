@@ -45,10 +45,14 @@ const (
 	RoleClient = "client"
 	RoleEtcd   = "etcd"
 	RoleLockd  = "lockd"
+	// RoleControl is the image docker-compose.yml runs the matrix from:
+	// the base with every artifact, so that `images build` inside it finds
+	// them installed (there is no source tree there) and `run` works.
+	RoleControl = "control"
 )
 
 // Roles lists every role, in build order.
-var Roles = []string{RoleStore, RoleClient, RoleRedis, RoleEtcd, RoleLockd}
+var Roles = []string{RoleStore, RoleClient, RoleRedis, RoleEtcd, RoleLockd, RoleControl}
 
 // Packages are installed into the base image.
 var Packages = []string{
@@ -124,7 +128,7 @@ func NewBuilder(cli *client.Client, log *slog.Logger) *Builder {
 	}
 	return &Builder{
 		Client: cli, CacheDir: filepath.Join(cache, "splitbrain"), Mirror: mirror, Progress: os.Stderr, Log: log,
-		Extra: map[string][]ArtifactFunc{RoleEtcd: {EtcdBinary}, RoleRedis: {ClockShim}},
+		Extra: map[string][]ArtifactFunc{RoleEtcd: {EtcdBinary}, RoleRedis: {ClockShim}, RoleControl: {EtcdBinary, ClockShim}},
 	}
 }
 
@@ -172,6 +176,12 @@ func (b *Builder) Ensure(ctx context.Context, roles []string) (map[string]string
 		tag, err := b.roleImage(ctx, role, base, arts)
 		if err != nil {
 			return nil, err
+		}
+		if role == RoleControl {
+			// docker-compose.yml names it by a fixed tag.
+			if err := b.Client.ImageTag(ctx, tag, "splitbrain-control:latest"); err != nil {
+				return nil, fmt.Errorf("tag control image: %w", err)
+			}
 		}
 		tags[role] = tag
 	}

@@ -1,0 +1,490 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/checkers/synth"
+	"github.com/splitbrain/splitbrain/harness/report"
+	"github.com/splitbrain/splitbrain/workloads/history"
+)
+
+// checkerChildCmd is the hidden subcommand a checker case runs in: a fresh
+// process per case, so that its peak RSS is the case's alone.
+const checkerChildCmd = "checker-child"
+
+// checkerGenCmd writes a synthetic history in a child process. Generating
+// in the parent would grow it, and on Linux a child started with
+// CLONE_VM|CLONE_VFORK (as os/exec does) inherits the parent's RSS high-water
+// mark into its ru_maxrss at exec: every later child would report at least
+// the parent's peak.
+const checkerGenCmd = "checker-gen"
+
+func runCheckerGen(args []string) error {
+	fs := flag.NewFlagSet(checkerGenCmd, flag.ContinueOnError)
+	file := fs.String("file", "", "history.jsonl to write")
+	opts := fs.String("synth", "", "synth.Options as JSON")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var o synth.Options
+	if err := json.Unmarshal([]byte(*opts), &o); err != nil {
+		return err
+	}
+	return writeSynth(*file, o)
+}
+
+// childResult is what a checker child prints.
+type childResult struct {
+	Events int     `json:"events"`
+	Bytes  int     `json:"bytes"`
+	ReadS  float64 `json:"read_s"`
+	ParseS float64 `json:"parse_s"`
+	// InputS is checkers.NewInput (pairing invocations and completions).
+	InputS float64 `json:"input_s"`
+	// CheckS maps each checker to its time; LinearizableS is the
+	// linearizable checker's.
+	CheckS        map[string]float64 `json:"check_s"`
+	LinearizableS float64            `json:"linearizable_s"`
+	// TotalS is read + parse + input + every checker run.
+	TotalS  float64 `json:"total_s"`
+	Verdict string  `json:"verdict"`
+	// Checked, Dropped and Kept are the linearizable checker's counts.
+	Checked int `json:"checked"`
+	Dropped int `json:"dropped_unknown"`
+	Kept    int `json:"kept_unknown"`
+	// ExplainS is report.Explain's time when asked for; Anomalies what it
+	// found.
+	ExplainS  float64 `json:"explain_s,omitempty"`
+	Anomalies int     `json:"anomalies,omitempty"`
+	// HWMAfterParseKiB is the process's peak RSS once the history is
+	// parsed and paired, before any checker ran; HWMEndKiB at the end
+	// (VmHWM of /proc/self/status, a cross-check of the parent's Maxrss).
+	HWMAfterParseKiB int64 `json:"hwm_after_parse_kib"`
+	HWMEndKiB        int64 `json:"hwm_end_kib"`
+}
+
+// runCheckerChild: checker-child --file F --mode pipeline|linearizable [--keep] [--timeout] [--explain]
+func runCheckerChild(args []string) error {
+	fs := flag.NewFlagSet(checkerChildCmd, flag.ContinueOnError)
+	file := fs.String("file", "", "history.jsonl")
+	mode := fs.String("mode", "pipeline", "pipeline (every checker of a run) or linearizable")
+	keep := fs.Bool("keep", false, "LinearizableOptions.KeepUnobserved")
+	timeout := fs.Duration("timeout", time.Minute, "linearizability check timeout")
+	explain := fs.Bool("explain", false, "also run report.Explain")
+	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL given to the checkers")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var res childResult
+	t0 := time.Now()
+	data, err := os.ReadFile(*file)
+	if err != nil {
+		return err
+	}
+	t1 := time.Now()
+	events, _, err := history.Parse(data)
+	if err != nil {
+		return err
+	}
+	t2 := time.Now()
+	in := checkers.NewInput(events)
+	t3 := time.Now()
+	res.Events, res.Bytes = len(events), len(data)
+	res.ReadS, res.ParseS, res.InputS = t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds(), t3.Sub(t2).Seconds()
+	res.HWMAfterParseKiB = procStatusKiB("VmHWM")
+	data = nil
+
+	opts := checkers.LinearizableOptions{Timeout: *timeout, KeepUnobserved: *keep}
+	var cs []checkers.Checker
+	if *mode == "linearizable" {
+		cs = []checkers.Checker{checkers.NewLinearizable(opts)}
+	} else {
+		cs = checkers.ForRun(opts, *ttl)
+	}
+	res.CheckS = map[string]float64{}
+	var verdicts []checkers.Verdict
+	var illegal []string
+	for _, c := range cs {
+		s := time.Now()
+		r := c.Check(context.Background(), in)
+		res.CheckS[c.Name()] = time.Since(s).Seconds()
+		if r.Judges {
+			verdicts = append(verdicts, r.Verdict)
+		}
+		if d, ok := r.Details.(*checkers.LinearizableDetails); ok {
+			res.LinearizableS = res.CheckS[c.Name()]
+			res.Checked, res.Dropped, res.Kept = d.Checked, d.DroppedUnknown, d.KeptUnknown
+			illegal = d.IllegalKeys
+		}
+	}
+	res.Verdict = checkers.And(verdicts...).String()
+	res.TotalS = time.Since(t0).Seconds()
+	if *explain {
+		s := time.Now()
+		as := report.Explain(events, report.ExplainOptions{LeaseTTL: *ttl, IllegalKeys: illegal})
+		res.ExplainS = time.Since(s).Seconds()
+		res.Anomalies = len(as)
+	}
+	res.HWMEndKiB = procStatusKiB("VmHWM")
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// procStatusKiB reads a "Name: N kB" line of /proc/self/status.
+func procStatusKiB(name string) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, name+":"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// checkerCase is one measured configuration.
+type checkerCase struct {
+	Group   string        `json:"group"`
+	Name    string        `json:"name"`
+	Synth   synth.Options `json:"synth"`
+	Mode    string        `json:"mode"`
+	Keep    bool          `json:"keep_unobserved"`
+	Explain bool          `json:"explain,omitempty"`
+	Rounds  int           `json:"rounds"`
+
+	// Measured: every round, and their summaries.
+	Runs     []childResult `json:"runs"`
+	MaxRSS   []int64       `json:"max_rss_kib"`
+	Wall     []float64     `json:"wall_s"`
+	TotalS   Stats         `json:"total_s"`
+	LinS     Stats         `json:"linearizable_s"`
+	PeakMiB  float64       `json:"peak_rss_mib"`
+	ParseMiB float64       `json:"rss_after_parse_mib"`
+	// OpsPerMinute is Ops over the median total (read, parse, pair, every
+	// checker); LinOpsPerMinute over the median linearizable check alone.
+	OpsPerMinute    float64 `json:"ops_per_minute"`
+	LinOpsPerMinute float64 `json:"linearizable_ops_per_minute"`
+	Verdict         string  `json:"verdict"`
+	Err             string  `json:"error,omitempty"`
+}
+
+type checkerData struct {
+	Cases []*checkerCase `json:"cases"`
+}
+
+func runChecker(args []string) error {
+	var c common
+	fs := newFlags("checker", &c)
+	rounds := fs.Int("rounds", 3, "rounds per case (median time, max RSS)")
+	quick := fs.Bool("quick", false, "skip the 1M-operation cases")
+	timeout := fs.Duration("timeout", time.Minute, "linearizability check timeout (the harness's default --check-timeout)")
+	dir := fs.String("dir", "", "where to keep the generated histories (default: a temporary directory, removed)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	c.begin("checker", args)
+	work := *dir
+	if work == "" {
+		d, err := os.MkdirTemp("", "splitbrain-bench-checker-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(d)
+		work = d
+	}
+	big := 1_000_000
+	if *quick {
+		big = 0
+	}
+	var cases []*checkerCase
+	add := func(group, name string, o synth.Options, mode string, keep, explain bool, r int) {
+		if o.Ops == 0 {
+			return
+		}
+		cases = append(cases, &checkerCase{Group: group, Name: name, Synth: o, Mode: mode, Keep: keep, Explain: explain, Rounds: r})
+	}
+	// Throughput and growth: valid histories split across 64 keys, the
+	// whole pipeline (parse the file, pair, every checker of a run).
+	for _, n := range []int{10_000, 100_000, big} {
+		add("size", fmt.Sprintf("%d ops, 64 keys", n), synth.Options{Ops: n, Keys: 64, Clients: 20, Seed: 1}, "pipeline", false, false, *rounds)
+	}
+	// Keys: Porcupine's cost per key grows with the square of the key's
+	// operations (see docs/performance.md), so fewer keys cost more.
+	for _, k := range []int{3, 16} {
+		add("keys", fmt.Sprintf("100000 ops, %d keys", k), synth.Options{Ops: 100_000, Keys: k, Clients: 5, Seed: 1}, "pipeline", false, false, *rounds)
+	}
+	add("keys", "300000 ops, 3 keys", synth.Options{Ops: 300_000, Keys: 3, Clients: 5, Seed: 1}, "pipeline", false, false, 1)
+	if big > 0 {
+		add("keys", "1000000 ops, 16 keys", synth.Options{Ops: big, Keys: 16, Clients: 20, Seed: 1}, "pipeline", false, false, 1)
+	}
+	// A violation: the whole pipeline and report.Explain.
+	add("violation", "100000 ops, 64 keys, 1 lost update", synth.Options{Ops: 100_000, Keys: 64, Clients: 20, Violation: true, Seed: 3}, "pipeline", false, true, *rounds)
+	add("violation", "1000000 ops, 64 keys, 1 lost update", synth.Options{Ops: big, Keys: 64, Clients: 20, Violation: true, Seed: 3}, "pipeline", false, true, 1)
+	add("violation", "100000 ops, 3 keys, 1 lost update", synth.Options{Ops: 100_000, Keys: 3, Clients: 5, Violation: true, Seed: 3}, "pipeline", false, true, *rounds)
+	// Unknown outcomes nobody observed: dropped (the default) vs kept as
+	// may-or-may-not-apply steps; valid and violating histories.
+	for _, viol := range []bool{false, true} {
+		for _, u := range []int{0, 10, 50} {
+			for _, keep := range []bool{false, true} {
+				name := fmt.Sprintf("10000 ops, 4 keys, %d unknown, %s", u, map[bool]string{false: "dropped", true: "kept"}[keep])
+				group := "unknowns"
+				if viol {
+					name += ", 1 lost update"
+					group = "unknowns-violation"
+				}
+				add(group, name, synth.Options{Ops: 10_000, Keys: 4, Clients: 10, UnknownUnobserved: u, Violation: viol, Seed: 2}, "linearizable", keep, false, *rounds)
+			}
+		}
+	}
+	for _, viol := range []bool{false, true} {
+		for _, u := range []int{0, 50} {
+			for _, keep := range []bool{false, true} {
+				name := fmt.Sprintf("100000 ops, 4 keys, %d unknown, %s", u, map[bool]string{false: "dropped", true: "kept"}[keep])
+				group := "unknowns"
+				if viol {
+					name += ", 1 lost update"
+					group = "unknowns-violation"
+				}
+				add(group, name, synth.Options{Ops: 100_000, Keys: 4, Clients: 10, UnknownUnobserved: u, Violation: viol, Seed: 2}, "linearizable", keep, false, *rounds)
+			}
+		}
+	}
+
+	files := map[string]string{}
+	for _, cs := range cases {
+		key := fmt.Sprintf("%+v", cs.Synth)
+		path, ok := files[key]
+		if !ok {
+			path = filepath.Join(work, fmt.Sprintf("h%d.jsonl", len(files)))
+			logf("generating %s: %s", path, key)
+			if err := genInChild(path, cs.Synth); err != nil {
+				return err
+			}
+			files[key] = path
+		}
+		logf("case %s / %s (%d rounds)", cs.Group, cs.Name, cs.Rounds)
+		measureCase(cs, path, *timeout)
+	}
+	printChecker(cases)
+	return c.finish(checkerTargets(cases), checkerData{Cases: cases})
+}
+
+// writeSynth writes a synthetic history as a run writes history.jsonl (one
+// json.Encoder line per event).
+func writeSynth(path string, o synth.Options) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriterSize(f, 1<<20)
+	enc := json.NewEncoder(w)
+	for _, e := range synth.Generate(o) {
+		if err := enc.Encode(e); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func genInChild(path string, o synth.Options) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(o)
+	cmd := exec.Command(self, checkerGenCmd, "--file", path, "--synth", string(b))
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	return cmd.Run()
+}
+
+func measureCase(cs *checkerCase, path string, timeout time.Duration) {
+	self, err := os.Executable()
+	if err != nil {
+		cs.Err = err.Error()
+		return
+	}
+	var totals, lins []float64
+	for range cs.Rounds {
+		args := []string{checkerChildCmd, "--file", path, "--mode", cs.Mode, "--timeout", timeout.String()}
+		if cs.Keep {
+			args = append(args, "--keep")
+		}
+		if cs.Explain {
+			args = append(args, "--explain")
+		}
+		cmd := exec.Command(self, args...)
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		start := time.Now()
+		err := cmd.Run()
+		wall := time.Since(start).Seconds()
+		if err != nil {
+			cs.Err = fmt.Sprintf("%v: %s", err, strings.TrimSpace(errb.String()))
+			logf("  failed: %s", cs.Err)
+			return
+		}
+		var r childResult
+		if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+			cs.Err = fmt.Sprintf("child output %q: %v", out.String(), err)
+			return
+		}
+		rss := int64(0)
+		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+			rss = ru.Maxrss // KiB on Linux
+		}
+		cs.Runs = append(cs.Runs, r)
+		cs.MaxRSS = append(cs.MaxRSS, rss)
+		cs.Wall = append(cs.Wall, wall)
+		totals = append(totals, r.TotalS)
+		lins = append(lins, r.LinearizableS)
+		cs.PeakMiB = max(cs.PeakMiB, float64(rss)/1024)
+		cs.ParseMiB = max(cs.ParseMiB, float64(r.HWMAfterParseKiB)/1024)
+		cs.Verdict = r.Verdict
+		logf("  total %.3fs (linearizable %.3fs), peak RSS %.0f MiB, verdict %s", r.TotalS, r.LinearizableS, float64(rss)/1024, r.Verdict)
+	}
+	cs.TotalS, cs.LinS = stats(totals), stats(lins)
+	if cs.TotalS.Median > 0 {
+		cs.OpsPerMinute = float64(cs.Synth.Ops) / cs.TotalS.Median * 60
+	}
+	if cs.LinS.Median > 0 {
+		cs.LinOpsPerMinute = float64(cs.Synth.Ops) / cs.LinS.Median * 60
+	}
+}
+
+func medianOf(rs []childResult, f func(childResult) float64) float64 {
+	xs := make([]float64, len(rs))
+	for i, r := range rs {
+		xs[i] = f(r)
+	}
+	return median(xs)
+}
+
+func printChecker(cases []*checkerCase) {
+	groups := []string{"size", "keys", "violation", "unknowns", "unknowns-violation"}
+	titles := map[string]string{
+		"size":               "Whole pipeline (read + history.Parse + pair + checkers.ForRun), valid synthetic histories",
+		"keys":               "Same, fewer keys (more operations per key)",
+		"violation":          "A violating history: time until the verdict is invalid, and report.Explain",
+		"unknowns":           "Linearizable checker alone: unobserved unknown outcomes dropped (default) vs kept",
+		"unknowns-violation": "Same with one lost update (the checker must exhaust the search to say invalid)",
+	}
+	for _, g := range groups {
+		fmt.Printf("\n## %s\n", titles[g])
+		tw := table(os.Stdout, "case", "MB", "parse s", "pair s", "linearizable s", "other checkers s", "total s (median)", "max", "ops/min", "peak RSS MiB", "RSS after parse MiB", "verdict", "explain s")
+		for _, cs := range cases {
+			if cs.Group != g {
+				continue
+			}
+			if cs.Err != "" || len(cs.Runs) == 0 {
+				row(tw, cs.Name, "error: "+cs.Err)
+				continue
+			}
+			lin := medianOf(cs.Runs, func(r childResult) float64 { return r.LinearizableS })
+			others := medianOf(cs.Runs, func(r childResult) float64 {
+				t := 0.0
+				for n, s := range r.CheckS {
+					if n != "linearizable" {
+						t += s
+					}
+				}
+				return t
+			})
+			explain := "-"
+			if cs.Explain {
+				explain = fmt.Sprintf("%.3f", medianOf(cs.Runs, func(r childResult) float64 { return r.ExplainS }))
+			}
+			row(tw, cs.Name,
+				fmt.Sprintf("%.1f", float64(cs.Runs[0].Bytes)/1e6),
+				fmt.Sprintf("%.3f", medianOf(cs.Runs, func(r childResult) float64 { return r.ParseS })),
+				fmt.Sprintf("%.3f", medianOf(cs.Runs, func(r childResult) float64 { return r.InputS })),
+				fmt.Sprintf("%.3f", lin), fmt.Sprintf("%.3f", others),
+				fmt.Sprintf("%.3f", cs.TotalS.Median), fmt.Sprintf("%.3f", cs.TotalS.Max),
+				fmt.Sprintf("%.2fM", cs.OpsPerMinute/1e6),
+				fmt.Sprintf("%.0f", cs.PeakMiB), fmt.Sprintf("%.0f", cs.ParseMiB), cs.Verdict, explain)
+		}
+		tw.Flush()
+	}
+	// Ratios measured in this run.
+	fmt.Println("\n## Ratios measured in this run")
+	find := func(name string) *checkerCase {
+		for _, cs := range cases {
+			if cs.Name == name && len(cs.Runs) > 0 {
+				return cs
+			}
+		}
+		return nil
+	}
+	ratio := func(label, a, b string) {
+		x, y := find(a), find(b)
+		if x == nil || y == nil {
+			return
+		}
+		fmt.Printf("%s: time x%.1f, peak RSS x%.1f (%s vs %s)\n", label, x.TotalS.Median/y.TotalS.Median, x.PeakMiB/y.PeakMiB, a, b)
+	}
+	ratio("100k vs 10k ops (x10 ops)", "100000 ops, 64 keys", "10000 ops, 64 keys")
+	ratio("1M vs 100k ops (x10 ops)", "1000000 ops, 64 keys", "100000 ops, 64 keys")
+	ratio("3 vs 64 keys at 100k ops", "100000 ops, 3 keys", "100000 ops, 64 keys")
+	ratio("300k vs 100k ops on 3 keys (x3 ops)", "300000 ops, 3 keys", "100000 ops, 3 keys")
+	ratio("16 vs 64 keys at 1M ops", "1000000 ops, 16 keys", "1000000 ops, 64 keys")
+	for _, g := range []string{"unknowns", "unknowns-violation"} {
+		for _, cs := range cases {
+			if cs.Group != g || cs.Keep || len(cs.Runs) == 0 {
+				continue
+			}
+			kept := find(strings.Replace(cs.Name, "dropped", "kept", 1))
+			if kept == nil {
+				continue
+			}
+			fmt.Printf("kept vs dropped, %s: linearizable time x%.1f (%.3fs vs %.3fs), peak RSS x%.2f, verdicts %s vs %s\n",
+				strings.Replace(cs.Name, ", dropped", "", 1), kept.LinS.Median/cs.LinS.Median, kept.LinS.Median, cs.LinS.Median,
+				kept.PeakMiB/cs.PeakMiB, kept.Verdict, cs.Verdict)
+		}
+	}
+}
+
+func checkerTargets(cases []*checkerCase) []Target {
+	var out []Target
+	t := Target{Name: "checker throughput (1M ops, 64 keys, whole pipeline)", Want: ">= 1,000,000 ops/min"}
+	for _, cs := range cases {
+		if cs.Group == "size" && cs.Synth.Ops == 1_000_000 && len(cs.Runs) > 0 {
+			t.Measured, t.Value = true, cs.OpsPerMinute
+			t.Met = cs.OpsPerMinute >= 1e6 && cs.Verdict == "valid"
+			t.Got = fmt.Sprintf("%.2fM ops/min (%.2fs, peak %.0f MiB)", cs.OpsPerMinute/1e6, cs.TotalS.Median, cs.PeakMiB)
+		}
+	}
+	out = append(out, t)
+	for _, cs := range cases {
+		if cs.Group != "violation" {
+			continue
+		}
+		v := Target{Name: "violation reported (" + cs.Name + ")", Want: "< 5 s, invalid"}
+		if len(cs.Runs) > 0 {
+			v.Measured, v.Value = true, cs.TotalS.Max
+			v.Met = cs.TotalS.Max < 5 && cs.Verdict == "invalid"
+			v.Got = fmt.Sprintf("%.2fs max (median %.2fs), %s; explain %.2fs", cs.TotalS.Max, cs.TotalS.Median, cs.Verdict,
+				medianOf(cs.Runs, func(r childResult) float64 { return r.ExplainS }))
+		}
+		out = append(out, v)
+	}
+	return out
+}
