@@ -364,3 +364,23 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatalf("default config invalid: %v", err)
 	}
 }
+
+// TestLeastPrivilege: without the clock nemesis, every node gets NET_ADMIN
+// and nothing more.
+func TestLeastPrivilege(t *testing.T) {
+	w := newMemWorld()
+	cfg := memConfig(t, "fenced-counter")
+	cfg.TimeLimit = 500 * time.Millisecond
+	if _, err := Run(context.Background(), cfg, memDeps(t, w)); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range w.rt.Nodes() {
+		caps := n.(*memrt.Node).Spec().Caps
+		if n.Role() == "memlock" {
+			continue // the test target's own node
+		}
+		if len(caps) != 1 || caps[0] != runtime.CapNetAdmin {
+			t.Errorf("%s has capabilities %v, want only NET_ADMIN", n.Name(), caps)
+		}
+	}
+}

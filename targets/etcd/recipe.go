@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
@@ -124,6 +125,14 @@ func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error)
 	}
 	m := concurrency.NewMutex(s, lockPrefix+key+"/")
 	if err := l.lock(ctx, m); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, concurrency.ErrSessionExpired) {
+			// The session's lease expired before its keep-alive noticed
+			// (the holder was frozen, or its clock jumped): drop it, so
+			// the next acquisition grants a fresh one instead of failing
+			// fast on a dead lease.
+			l.dropSession(s)
+			return nil, fmt.Errorf("acquire %s: lease lost: %w: %w", key, targets.ErrUnavailable, err)
+		}
 		return nil, fmt.Errorf("acquire %s: %w", key, l.classify(key, err))
 	}
 	// The token: the create revision of our key.
@@ -184,6 +193,18 @@ func (l *Locker) classify(key string, err error) error {
 		perr = errors.New("no holder found")
 	}
 	return fmt.Errorf("%w: %w (probe: %v)", targets.ErrUnavailable, err, perr)
+}
+
+// dropSession forgets s if it is the current session, counting a renewal
+// failure: its lease is gone.
+func (l *Locker) dropSession(s *concurrency.Session) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.session == s {
+		l.session = nil
+		l.renewFailures.Add(1)
+		s.Orphan()
+	}
 }
 
 // RenewFailures is the number of sessions that ended while in use.

@@ -253,6 +253,9 @@ func (n *Node) kill() {
 // Gate is the node's stop/continue gate.
 func (n *Node) Gate() *Gate { return n.gate }
 
+// Spec is what the node was started from.
+func (n *Node) Spec() runtime.NodeSpec { return n.spec }
+
 // Name implements runtime.Node.
 func (n *Node) Name() string { return n.spec.Name }
 
