@@ -129,13 +129,76 @@ type Result struct {
 
 // Report is every checker's result and the composed verdict.
 type Report struct {
-	Valid    Verdict           `json:"valid"`
-	Checkers map[string]Result `json:"checkers"`
+	Valid    Verdict `json:"valid"`
+	Checkers Results `json:"checkers"`
+}
+
+// Results are checker sections by checker name. Read back from JSON, each
+// known checker's details have their own type again.
+type Results map[string]Result
+
+// detailTypes makes the details of a checker's section, by name.
+var detailTypes = map[string]func() any{
+	"linearizable": func() any { return new(LinearizableDetails) },
+	"summary":      func() any { return new(SummaryDetails) },
+	"mutex":        func() any { return new(MutexDetails) },
+	"fencing":      func() any { return new(FencingDetails) },
+	"liveness":     func() any { return new(LivenessDetails) },
+}
+
+// UnmarshalJSON decodes each section, typing the details of known
+// checkers (others stay generic JSON values).
+func (rs *Results) UnmarshalJSON(b []byte) error {
+	var raw map[string]struct {
+		Verdict Verdict         `json:"valid"`
+		Judges  bool            `json:"judges"`
+		Details json.RawMessage `json:"details"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	out := make(Results, len(raw))
+	for name, r := range raw {
+		res := Result{Verdict: r.Verdict, Judges: r.Judges}
+		if len(r.Details) > 0 && string(r.Details) != "null" {
+			var d any
+			if mk, ok := detailTypes[name]; ok {
+				d = mk()
+			}
+			if err := json.Unmarshal(r.Details, &d); err != nil {
+				return fmt.Errorf("checker %s details: %w", name, err)
+			}
+			res.Details = d
+		}
+		out[name] = res
+	}
+	*rs = out
+	return nil
+}
+
+// Linearizable returns the linearizable section's details (nil if none).
+func (rs Results) Linearizable() *LinearizableDetails { return details[LinearizableDetails](rs, "linearizable") }
+
+// Summary returns the summary section's details (nil if none).
+func (rs Results) Summary() *SummaryDetails { return details[SummaryDetails](rs, "summary") }
+
+// Mutex returns the mutex section's details (nil if none).
+func (rs Results) Mutex() *MutexDetails { return details[MutexDetails](rs, "mutex") }
+
+// Fencing returns the fencing section's details (nil if none).
+func (rs Results) Fencing() *FencingDetails { return details[FencingDetails](rs, "fencing") }
+
+// Liveness returns the liveness section's details (nil if none).
+func (rs Results) Liveness() *LivenessDetails { return details[LivenessDetails](rs, "liveness") }
+
+func details[D any](rs Results, name string) *D {
+	d, _ := rs[name].Details.(*D)
+	return d
 }
 
 // Check runs checkers and composes their verdict from those that judge.
 func Check(ctx context.Context, in Input, cs ...Checker) Report {
-	rep := Report{Valid: Valid, Checkers: make(map[string]Result, len(cs))}
+	rep := Report{Valid: Valid, Checkers: make(Results, len(cs))}
 	var vs []Verdict
 	for _, c := range cs {
 		r := c.Check(ctx, in)

@@ -299,3 +299,25 @@ func TestEarlyOverlaps(t *testing.T) {
 		t.Fatalf("unknown TTL gives early overlaps %d", d.EarlyOverlaps)
 	}
 }
+
+// TestResultsRoundTrip: a report read back from JSON has typed details.
+func TestResultsRoundTrip(t *testing.T) {
+	events, _, err := history.ReadFile("testdata/lost-update-invalid/history.jsonl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := Check(context.Background(), NewInput(events), ForRun(LinearizableOptions{}, time.Second)...)
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back Report
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Valid != Invalid || back.Checkers.Summary() == nil || back.Checkers.Summary().LostUpdates != rep.Checkers.Summary().LostUpdates ||
+		back.Checkers.Mutex() == nil || back.Checkers.Fencing() == nil || back.Checkers.Liveness() == nil ||
+		back.Checkers.Linearizable() == nil || len(back.Checkers.Linearizable().IllegalKeys) != 1 {
+		t.Fatalf("round trip lost details: %s", b)
+	}
+}

@@ -34,7 +34,7 @@ type Results struct {
 	Images   map[string]string `json:"images,omitempty"`
 	Harness  map[string]string `json:"harness"`
 	// Checkers holds each checker's section.
-	Checkers map[string]checkers.Result `json:"checkers"`
+	Checkers checkers.Results `json:"checkers"`
 	// Faults lists every fault window.
 	Faults []checkers.Window `json:"faults"`
 	// Metrics are the lock metrics the lock-safety brief asks for.

@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -31,7 +30,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/splitbrain/splitbrain/checkers"
-	htmlreport "github.com/splitbrain/splitbrain/harness/report"
 	"github.com/splitbrain/splitbrain/harness/runtime"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/targets"
@@ -58,9 +56,12 @@ type Deps struct {
 	Log *slog.Logger
 	// Now returns the wall-clock time for names and results (nil: time.Now).
 	Now func() time.Time
-	// Progress, when set, receives a one-line live summary of the test
-	// phase, redrawn in place about once a second (a terminal).
-	Progress io.Writer
+	// Watch, when set, follows the history as it is written (a live
+	// progress line); it returns the function that stops it.
+	Watch func(ctx context.Context, cfg Config, hw *history.Writer) (stop func())
+	// Report, when set, is called with the run directory once results.json
+	// is written (to render report.html).
+	Report func(dir string) error
 }
 
 // Outcome is a finished run.
@@ -222,8 +223,8 @@ func (r *run) execute(ctx context.Context) error {
 	if r.hw, err = history.Create(filepath.Join(r.dir, "history.jsonl")); err != nil {
 		return err
 	}
-	if r.deps.Progress != nil {
-		defer htmlreport.Follow(hard, r.deps.Progress, r.cfg.TimeLimit, r.hw)()
+	if r.deps.Watch != nil {
+		defer r.deps.Watch(hard, r.cfg, r.hw)()
 	}
 	r.rec = history.NewRecorder(r.hw, history.NewMonotonicClock())
 
@@ -520,7 +521,7 @@ func (r *run) finish(runErr error) {
 	r.res.Errors = r.errs
 	r.res.Phases = r.phases
 	r.res.Duration = time.Since(r.started)
-	if d, ok := report.Checkers["linearizable"].Details.(*checkers.LinearizableDetails); ok && len(ev) > 0 {
+	if d := report.Checkers.Linearizable(); d != nil && len(ev) > 0 {
 		if f, err := os.Create(filepath.Join(r.dir, "linearizability.html")); err == nil {
 			if err := d.WriteVisualization(f, in.Faults, 0); err != nil {
 				r.log.Warn("visualization", "err", err)
@@ -531,8 +532,10 @@ func (r *run) finish(runErr error) {
 	if err := r.res.write(filepath.Join(r.dir, "results.json")); err != nil {
 		r.log.Error("write results", "err", err)
 	}
-	if err := htmlreport.Write(r.dir); err != nil {
-		r.log.Warn("write report", "err", err)
+	if r.deps.Report != nil {
+		if err := r.deps.Report(r.dir); err != nil {
+			r.log.Warn("write report", "err", err)
+		}
 	}
 	r.log.Info("run finished", "valid", r.res.Valid.String(), "dir", r.dir)
 }

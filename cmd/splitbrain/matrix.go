@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitbrain/splitbrain/harness"
+	"github.com/splitbrain/splitbrain/harness/report"
 	"github.com/splitbrain/splitbrain/harness/scenario"
 	"github.com/splitbrain/splitbrain/targets/catalog"
 )
@@ -84,6 +85,7 @@ func runMatrix(cmd *cobra.Command, g *globalFlags, set *scenario.Set, mf *matrix
 	}
 	defer closeDeps()
 	deps.Hard = hard
+	deps.Report = report.Write
 	rn := &scenario.Runner{Deps: deps, ResultsDir: mf.results, Progress: cmd.ErrOrStderr()}
 	m := rn.Run(soft, set)
 	if err := m.WriteTable(cmd.OutOrStdout()); err != nil {

@@ -12,7 +12,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/harness/images"
 	"github.com/splitbrain/splitbrain/harness/report"
@@ -20,6 +19,7 @@ import (
 	"github.com/splitbrain/splitbrain/harness/runtime/docker"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/targets/catalog"
+	"github.com/splitbrain/splitbrain/workloads/history"
 )
 
 func newRunCmd(g *globalFlags) *cobra.Command {
@@ -158,9 +158,7 @@ func runTest(ctx context.Context, cfg harness.Config, sf *sshFlags, log *slog.Lo
 	}
 	defer closeDeps()
 	deps.Hard = hard
-	if report.IsTerminal(stderr) {
-		deps.Progress = stderr
-	}
+	withReports(&deps, stderr)
 	out, err := harness.Run(soft, cfg, deps)
 	if out != nil {
 		printOutcome(stdout, out)
@@ -171,22 +169,33 @@ func runTest(ctx context.Context, cfg harness.Config, sf *sshFlags, log *slog.Lo
 	return &exitError{code: verdictCode(out.Results.Valid)}
 }
 
+// withReports makes runs write report.html and, on a terminal, show a
+// progress line on stderr.
+func withReports(deps *harness.Deps, stderr io.Writer) {
+	deps.Report = report.Write
+	if report.IsTerminal(stderr) {
+		deps.Watch = func(ctx context.Context, cfg harness.Config, hw *history.Writer) func() {
+			return report.Follow(ctx, stderr, cfg.TimeLimit, hw)
+		}
+	}
+}
+
 func printOutcome(w io.Writer, out *harness.Outcome) {
 	r := out.Results
 	fmt.Fprintf(w, "valid: %s\n", r.Valid)
-	if s, ok := r.Checkers["summary"].Details.(*checkers.SummaryDetails); ok {
+	if s := r.Checkers.Summary(); s != nil {
 		fmt.Fprintf(w, "ops: %d critical sections (%d ok, %d fail, %d unknown); lost updates: %d; fencing rejections: %d\n",
 			s.Ops, s.OK, s.Fail, s.Info, s.LostUpdates, s.Rejections)
 	}
-	if l, ok := r.Checkers["linearizable"].Details.(*checkers.LinearizableDetails); ok {
+	if l := r.Checkers.Linearizable(); l != nil {
 		fmt.Fprintf(w, "linearizable: %s (%d ops checked in %v; illegal keys %v)\n", r.Checkers["linearizable"].Verdict, l.Checked, l.Duration.Round(1e6), l.IllegalKeys)
 	}
-	if m, ok := r.Checkers["mutex"].Details.(*checkers.MutexDetails); ok {
-		fmt.Fprintf(w, "overlapping holds: %d (longest %v)\n", m.Overlaps, m.Longest.Round(1e6))
+	if m := r.Checkers.Mutex(); m != nil {
+		fmt.Fprintf(w, "overlapping holds: %d (longest %v; a live lock given away: %d)\n", m.Overlaps, m.Longest.Round(1e6), m.EarlyOverlaps)
 	}
 	fmt.Fprintf(w, "faults: %d; seed: %d\n", len(r.Faults), r.Seed)
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "harness error: %s\n", oneLine(fmt.Errorf("%s", e)))
 	}
-	fmt.Fprintf(w, "results: %s\n", out.Dir)
+	fmt.Fprintf(w, "results: %s (report.html)\n", out.Dir)
 }

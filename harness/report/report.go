@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/workloads/history"
 )
 
@@ -199,10 +200,10 @@ func buildPage(root *os.Root, run *Run, in checkers.Input, noHistory bool) *repo
 		Generated: time.Now().UTC().Format(time.RFC3339),
 	}
 	var illegal []string
-	if d := run.Checkers.Linearizable.Details; d != nil {
+	if d := run.Checkers.Linearizable(); d != nil {
 		illegal = d.IllegalKeys
 	}
-	anomalies := explainInput(context.Background(), in, ExplainOptions{LeaseTTL: run.LeaseTTL(), IllegalKeys: illegal})
+	anomalies := explainInput(context.Background(), in, ExplainOptions{LeaseTTL: run.Config.LeaseTTL, IllegalKeys: illegal})
 	p.Headline = headline(run, anomalies)
 	p.Facts = facts(run, len(faults))
 	late := map[int64]bool{}
@@ -217,7 +218,7 @@ func buildPage(root *os.Root, run *Run, in checkers.Input, noHistory bool) *repo
 		v := anomalyView{N: i + 1, Anomaly: a}
 		if a.Window != nil && len(a.Window.Ops) > 0 {
 			ops := byGrant(a.Window.Ops)
-			c := windowChart(fmt.Sprintf("window-%d", i+1), ops, a, faults, tf, run.LeaseTTL())
+			c := windowChart(fmt.Sprintf("window-%d", i+1), ops, a, faults, tf, run.Config.LeaseTTL)
 			v.Chart = &c
 			for j, o := range ops {
 				if j == maxWindowRows {
@@ -276,7 +277,7 @@ func buildPage(root *os.Root, run *Run, in checkers.Input, noHistory bool) *repo
 }
 
 func headline(run *Run, as []Anomaly) string {
-	lost := run.LostUpdates()
+	lost := lostUpdates(run)
 	switch run.Valid {
 	case checkers.Valid:
 		s := "No anomaly: every acknowledged increment is in the final values and the history is linearizable."
@@ -289,7 +290,7 @@ func headline(run *Run, as []Anomaly) string {
 		if lost > 0 {
 			parts = append(parts, plural(int(lost), "lost update"))
 		}
-		if d := run.Checkers.Linearizable.Details; d != nil && len(d.IllegalKeys) > 0 {
+		if d := run.Checkers.Linearizable(); d != nil && len(d.IllegalKeys) > 0 {
 			parts = append(parts, "not linearizable on "+list(d.IllegalKeys))
 		}
 		if len(as) > 0 {
@@ -306,7 +307,7 @@ func headline(run *Run, as []Anomaly) string {
 		return strings.ToUpper(s[:1]) + s[1:] + "."
 	default:
 		s := "Unknown: the checkers could not decide (a timeout, missing final reads or an aborted run) — never a pass."
-		if d := run.Checkers.Summary.Details; d != nil && len(d.MissingFinalReads) > 0 {
+		if d := run.Checkers.Summary(); d != nil && len(d.MissingFinalReads) > 0 {
 			s += " Missing final reads: " + list(d.MissingFinalReads) + "."
 		}
 		return s
@@ -320,16 +321,16 @@ func facts(run *Run, faults int) []kv {
 		{"started", run.Started.UTC().Format("2006-01-02 15:04:05Z")},
 		{"duration", dur(run.Duration.Round(time.Millisecond))},
 	}
-	if d := run.Checkers.Summary.Details; d != nil {
+	if d := run.Checkers.Summary(); d != nil {
 		out = append(out, kv{"critical sections", fmt.Sprintf("%d (%d ok, %d fail, %d info)", d.Ops, d.OK, d.Fail, d.Info)},
 			kv{"lost updates", strconv.FormatInt(d.LostUpdates, 10)})
 	}
 	out = append(out, kv{"fencing rejections", strconv.Itoa(run.Metrics.FencingRejections)},
-		kv{"overlapping holds", strconv.Itoa(run.Overlaps())}, kv{"faults", strconv.Itoa(faults)})
+		kv{"overlapping holds", strconv.Itoa(overlapCount(run))}, kv{"faults", strconv.Itoa(faults)})
 	return out
 }
 
-func distRow(name string, d Distribution) metricRow {
+func distRow(name string, d harness.Distribution) metricRow {
 	if d.Count == 0 {
 		return metricRow{Name: name, Count: "0", P50: "–", P99: "–", Max: "–"}
 	}
@@ -360,7 +361,7 @@ func checkerRows(run *Run) ([]checkerRow, []keyRow) {
 	}
 	var rows []checkerRow
 	var keys []keyRow
-	if d := c.Linearizable.Details; d != nil {
+	if d := c.Linearizable(); d != nil {
 		s := fmt.Sprintf("%d operations checked on %d keys in %s; unknown writes dropped %d, kept %d", d.Checked, d.Keys, dur(d.Duration), d.DroppedUnknown, d.KeptUnknown)
 		if len(d.IllegalKeys) > 0 {
 			s += "; illegal: " + strings.Join(d.IllegalKeys, ", ")
@@ -368,9 +369,9 @@ func checkerRows(run *Run) ([]checkerRow, []keyRow) {
 		if len(d.UnknownKeys) > 0 {
 			s += "; undecided: " + strings.Join(d.UnknownKeys, ", ")
 		}
-		rows = append(rows, checkerRow{"linearizable", c.Linearizable.Verdict.String(), judges(c.Linearizable.Judges), s})
+		rows = append(rows, checkerRow{"linearizable", c["linearizable"].Verdict.String(), judges(c["linearizable"].Judges), s})
 	}
-	if d := c.Summary.Details; d != nil {
+	if d := c.Summary(); d != nil {
 		var errs []string
 		for k, n := range d.Errors {
 			errs = append(errs, fmt.Sprintf("%s %d", k, n))
@@ -380,9 +381,9 @@ func checkerRows(run *Run) ([]checkerRow, []keyRow) {
 		if len(errs) > 0 {
 			s += "; errors: " + strings.Join(errs, ", ")
 		}
-		rows = append(rows, checkerRow{"summary", c.Summary.Verdict.String(), judges(c.Summary.Judges), s})
+		rows = append(rows, checkerRow{"summary", c["summary"].Verdict.String(), judges(c["summary"].Judges), s})
 		var illegal []string
-		if l := c.Linearizable.Details; l != nil {
+		if l := c.Linearizable(); l != nil {
 			illegal = l.IllegalKeys
 		}
 		for k, ks := range d.Keys {
@@ -397,26 +398,30 @@ func checkerRows(run *Run) ([]checkerRow, []keyRow) {
 		}
 		sort.Slice(keys, func(i, j int) bool { return naturalLess(keys[i].Key, keys[j].Key) })
 	}
-	if d := c.Mutex.Details; d != nil {
-		rows = append(rows, checkerRow{"mutex", c.Mutex.Verdict.String(), judges(c.Mutex.Judges),
+	if d := c.Mutex(); d != nil {
+		rows = append(rows, checkerRow{"mutex", c["mutex"].Verdict.String(), judges(c["mutex"].Judges),
 			fmt.Sprintf("%d holds, %d overlapping pairs, longest overlap %s", d.Holds, d.Overlaps, dur(d.Longest))})
 	}
-	if d := c.Fencing.Details; d != nil {
-		rows = append(rows, checkerRow{"fencing", c.Fencing.Verdict.String(), judges(c.Fencing.Judges),
+	if d := c.Fencing(); d != nil {
+		rows = append(rows, checkerRow{"fencing", c["fencing"].Verdict.String(), judges(c["fencing"].Judges),
 			fmt.Sprintf("%d late writes: %d accepted, %d refused; %d rejections; %d non-monotonic tokens", d.LateWrites, d.LateAccepted, d.LateRejected, d.Rejections, d.NonMonotonic)})
 	}
 	return rows, keys
 }
 
 func optionRows(run *Run) []kv {
-	names := make([]string, 0, len(run.Options))
-	for k := range run.Options {
+	// The options as results.json spells them: one name per field.
+	b, _ := json.Marshal(run.Config)
+	var opts map[string]json.RawMessage
+	_ = json.Unmarshal(b, &opts)
+	names := make([]string, 0, len(opts))
+	for k := range opts {
 		names = append(names, k)
 	}
 	sort.Strings(names)
 	var out []kv
 	for _, k := range names {
-		raw := run.Options[k]
+		raw := opts[k]
 		v := string(raw)
 		if strings.HasSuffix(k, "_ns") {
 			var n int64

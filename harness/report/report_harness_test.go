@@ -51,15 +51,15 @@ func TestReportReadsHarnessResults(t *testing.T) {
 	switch {
 	case run.Valid != checkers.Valid, run.Target != "redis", run.Workload != "fenced-counter", run.Seed != 7:
 		t.Errorf("header: %+v", run)
-	case run.LeaseTTL() != 300*time.Nanosecond, run.TimeLimit() != cfg.TimeLimit:
-		t.Errorf("options: ttl %v limit %v", run.LeaseTTL(), run.TimeLimit())
+	case run.Config.LeaseTTL != 300*time.Nanosecond, run.Config.TimeLimit != cfg.TimeLimit:
+		t.Errorf("options: ttl %v limit %v", run.Config.LeaseTTL, run.Config.TimeLimit)
 	case run.Metrics.FencingRejections != res.Metrics.FencingRejections || run.Metrics.FencingRejections != 1:
 		t.Errorf("metrics: %+v, want %+v", run.Metrics, res.Metrics)
 	case run.Metrics.Hold.Count != res.Metrics.Hold.Count || run.Metrics.Hold.Max != res.Metrics.Hold.Max:
 		t.Errorf("hold: %+v, want %+v", run.Metrics.Hold, res.Metrics.Hold)
-	case run.Checkers.Summary.Details == nil || run.Checkers.Summary.Details.Rejections != 1 || !run.Checkers.Summary.Judges:
-		t.Errorf("summary section: %+v", run.Checkers.Summary)
-	case run.Checkers.Mutex.Details == nil || run.Checkers.Fencing.Details == nil || run.Checkers.Linearizable.Details == nil:
+	case run.Checkers.Summary() == nil || run.Checkers.Summary().Rejections != 1 || !run.Checkers["summary"].Judges:
+		t.Errorf("summary section: %+v", run.Checkers["summary"])
+	case run.Checkers.Mutex() == nil || run.Checkers.Fencing() == nil || run.Checkers.Linearizable() == nil:
 		t.Errorf("checker sections: %+v", run.Checkers)
 	case len(run.Faults) != 1 || run.Faults[0].Targets[0] != "c1":
 		t.Errorf("faults: %+v", run.Faults)

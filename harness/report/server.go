@@ -248,8 +248,8 @@ func (s *Server) row(e RunEntry) runRow {
 		Href: runHref(e.Path, ReportFile), CompareHref: compareHref(r.Workload, r.Nemesis), Path: e.Path,
 		Target: r.Target, Workload: r.Workload, Nemesis: r.Nemesis, Verdict: r.Valid.String(), RunID: r.RunID,
 		Date: r.Started.UTC().Format("2006-01-02 15:04:05Z"), Duration: dur(r.Duration.Round(100 * time.Millisecond)),
-		Seed: strconv.FormatUint(r.Seed, 10), Ops: strconv.Itoa(r.Ops()), Lost: strconv.FormatInt(r.LostUpdates(), 10),
-		Rejections: strconv.Itoa(r.Metrics.FencingRejections), Overlaps: strconv.Itoa(r.Overlaps()),
+		Seed: strconv.FormatUint(r.Seed, 10), Ops: strconv.Itoa(ops(r)), Lost: strconv.FormatInt(lostUpdates(r), 10),
+		Rejections: strconv.Itoa(r.Metrics.FencingRejections), Overlaps: strconv.Itoa(overlapCount(r)),
 		OpsPerSecond: trimFloat(r.Metrics.OpsPerSecond, 1), HasReport: err == nil,
 	}
 }
@@ -351,9 +351,9 @@ func (s *Server) compare(w http.ResponseWriter, r *http.Request) {
 				t.Unknown++
 			}
 			rate[run.Target] += run.Metrics.OpsPerSecond
-			t.Lost += run.LostUpdates()
+			t.Lost += lostUpdates(run)
 			t.Rejections += run.Metrics.FencingRejections
-			t.Overlaps += run.Overlaps()
+			t.Overlaps += overlapCount(run)
 			t.Rows = append(t.Rows, s.row(e))
 		}
 		sort.Strings(names)

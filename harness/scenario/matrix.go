@@ -245,16 +245,16 @@ func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, target string,
 	}
 	res := out.Results
 	row.Dir, row.Verdict, row.Faults, row.CheckTime = out.Dir, res.Valid, len(res.Faults), res.Phases["check"]
-	if s, ok := res.Checkers["summary"].Details.(*checkers.SummaryDetails); ok {
+	if s := res.Checkers.Summary(); s != nil {
 		row.Ops, row.LostUpdates, row.Rejections = s.Ops, s.LostUpdates, s.Rejections
 	}
-	if md, ok := res.Checkers["mutex"].Details.(*checkers.MutexDetails); ok {
+	if md := res.Checkers.Mutex(); md != nil {
 		row.Overlaps, row.Early = md.Overlaps, md.EarlyOverlaps
 	}
-	if l, ok := res.Checkers["liveness"].Details.(*checkers.LivenessDetails); ok {
+	if l := res.Checkers.Liveness(); l != nil {
 		row.Stall, row.StalledToEnd = l.Longest.Duration, len(l.Stalled) > 0
 	}
-	if f, ok := res.Checkers["fencing"].Details.(*checkers.FencingDetails); ok {
+	if f := res.Checkers.Fencing(); f != nil {
 		row.LateRejected, row.NonMonotonic = f.LateRejected, f.NonMonotonic
 	}
 	row.RenewFailures, row.Busy, row.Unavailable = res.Metrics.RenewFailures, res.Metrics.Busy, res.Metrics.Unavailable

@@ -72,10 +72,10 @@ func (e Expect) Mismatches(r *harness.Results) []string {
 	if e.Valid != nil && r.Valid != *e.Valid {
 		bad("verdict %s, expected %s", r.Valid, *e.Valid)
 	}
-	s, _ := r.Checkers["summary"].Details.(*checkers.SummaryDetails)
-	m, _ := r.Checkers["mutex"].Details.(*checkers.MutexDetails)
-	f, _ := r.Checkers["fencing"].Details.(*checkers.FencingDetails)
-	l, _ := r.Checkers["liveness"].Details.(*checkers.LivenessDetails)
+	s := r.Checkers.Summary()
+	m := r.Checkers.Mutex()
+	f := r.Checkers.Fencing()
+	l := r.Checkers.Liveness()
 	if s == nil || m == nil || f == nil || l == nil {
 		return append(out, "the run has no checker results")
 	}
