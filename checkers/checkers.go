@@ -177,7 +177,9 @@ func (rs *Results) UnmarshalJSON(b []byte) error {
 }
 
 // Linearizable returns the linearizable section's details (nil if none).
-func (rs Results) Linearizable() *LinearizableDetails { return details[LinearizableDetails](rs, "linearizable") }
+func (rs Results) Linearizable() *LinearizableDetails {
+	return details[LinearizableDetails](rs, "linearizable")
+}
 
 // Summary returns the summary section's details (nil if none).
 func (rs Results) Summary() *SummaryDetails { return details[SummaryDetails](rs, "summary") }

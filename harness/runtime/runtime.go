@@ -135,23 +135,32 @@ func trimmed(b []byte) string {
 	return string(b)
 }
 
-// WaitPort waits until something in n listens on TCP port (checked from
-// inside the node, so it works whatever the network between), or timeout.
-func WaitPort(ctx context.Context, n Node, port int, timeout time.Duration) error {
+// Poll calls check every interval until it succeeds, ctx is done or timeout
+// passes; the error then names what was awaited and carries check's last
+// error.
+func Poll(ctx context.Context, what string, timeout, interval time.Duration, check func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	probe := []string{"bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d", port)}
-	var last error
 	for {
-		if _, err := n.Exec(ctx, probe); err == nil {
+		last := check(ctx)
+		if last == nil {
 			return nil
-		} else {
-			last = err
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%s: nothing listens on port %d after %v (see the node's log): %w", n.Name(), port, timeout, last)
-		case <-time.After(50 * time.Millisecond):
+			return fmt.Errorf("%s after %v: %w", what, timeout, last)
+		case <-time.After(interval):
 		}
 	}
+}
+
+// WaitPort waits until something in n listens on TCP port (checked from
+// inside the node, so it works whatever the network between), or timeout.
+func WaitPort(ctx context.Context, n Node, port int, timeout time.Duration) error {
+	probe := []string{"bash", "-c", fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d", port)}
+	return Poll(ctx, fmt.Sprintf("%s: nothing listens on port %d (see the node's log)", n.Name(), port), timeout, 50*time.Millisecond,
+		func(ctx context.Context) error {
+			_, err := n.Exec(ctx, probe)
+			return err
+		})
 }

@@ -8,16 +8,12 @@
 package etcd
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -71,7 +67,7 @@ func (Target) Leads() bool { return true }
 // Command is member name's command line in a cluster of peers (name → address).
 func Command(name string, addr string, peers map[string]string, token string) []string {
 	var initial []string
-	for _, n := range sortedNames(peers) {
+	for _, n := range targets.SortedNames(peers) {
 		initial = append(initial, fmt.Sprintf("%s=http://%s", n, net.JoinHostPort(peers[n], strconv.Itoa(PeerPort))))
 	}
 	return []string{"/usr/local/bin/etcd",
@@ -90,56 +86,22 @@ func Command(name string, addr string, peers map[string]string, token string) []
 	}
 }
 
-// sortedNames orders node names by number (n1 < n2 < n10).
-func sortedNames(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for n := range m {
-		out = append(out, n)
-	}
-	slices.SortFunc(out, func(a, b string) int { return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b)) })
-	return out
-}
-
 // Start implements targets.Target: it starts the members together and
 // waits until every one answers and they agree on a leader.
 func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
-	peers := map[string]string{}
-	names := make([]string, t.Size())
-	for i := range names {
-		names[i] = fmt.Sprintf("n%d", i+1)
-		a, err := rt.Reserve(names[i])
-		if err != nil {
-			return nil, fmt.Errorf("reserve %s: %w", names[i], err)
-		}
-		peers[names[i]] = a.String()
+	names, peers, err := targets.ReserveMembers(rt, t.Size())
+	if err != nil {
+		return nil, err
 	}
 	token := fmt.Sprintf("splitbrain-%d", time.Now().UnixNano())
-	nodes := make([]runtime.Node, len(names))
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for i, name := range names {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			n, err := rt.Start(ctx, runtime.NodeSpec{
-				Name: name, Role: Role, Image: opts.Images[Role],
-				Cmd:  Command(name, peers[name], peers, token),
-				Caps: append([]string{runtime.CapNetAdmin}, opts.ExtraCaps...),
-			})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("start %s: %w", name, err))
-				return
-			}
-			nodes[i] = n
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	nodes, err := targets.StartMembers(ctx, rt, names, func(name string) runtime.NodeSpec {
+		return runtime.NodeSpec{
+			Name: name, Role: Role, Image: opts.Images[Role],
+			Cmd:  Command(name, peers[name], peers, token),
+			Caps: append([]string{runtime.CapNetAdmin}, opts.ExtraCaps...),
+		}
+	})
+	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{nodes: nodes, ttl: opts.TTL, opts: opts.RecipeOptions}
@@ -209,74 +171,42 @@ func Probe(ctx context.Context, endpoint string) (Status, error) {
 
 // status runs the probe inside n.
 func status(ctx context.Context, n runtime.Node) (Status, error) {
-	out, err := runtime.Run(ctx, n, "/usr/local/bin/splitbrain", "probe", "etcd", "--endpoint", net.JoinHostPort("127.0.0.1", strconv.Itoa(ClientPort)))
-	if err != nil {
-		return Status{}, err
-	}
-	var s Status
-	if err := json.Unmarshal(out, &s); err != nil {
-		return Status{}, fmt.Errorf("%s: probe output %q: %w", n.Name(), out, err)
-	}
-	return s, nil
+	return targets.ProbeJSON[Status](ctx, n, "/usr/local/bin/splitbrain", "probe", "etcd", "--endpoint", net.JoinHostPort("127.0.0.1", strconv.Itoa(ClientPort)))
+}
+
+// statuses asks every member for its status at once.
+func (c *Cluster) statuses(ctx context.Context) ([]Status, []error) {
+	return targets.ProbeAll(ctx, c.nodes, 2*time.Second, status)
 }
 
 // WaitHealthy waits until every member answers and all report the same
 // leader.
 func (c *Cluster) WaitHealthy(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	var last error
-	for {
+	return runtime.Poll(ctx, "etcd cluster not healthy (see the nodes' logs)", timeout, 100*time.Millisecond, func(ctx context.Context) error {
+		sts, errs := c.statuses(ctx)
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
 		leaders := map[uint64]bool{}
-		last = nil
-		for _, n := range c.nodes {
-			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
-			s, err := status(pctx, n)
-			pcancel()
-			if err != nil {
-				last = err
-				break
-			}
+		for _, s := range sts {
 			leaders[s.Leader] = true
 		}
-		if last == nil && len(leaders) == 1 && !leaders[0] {
-			return nil
+		if len(leaders) != 1 || leaders[0] {
+			return fmt.Errorf("members disagree on the leader: %v", leaders)
 		}
-		if last == nil {
-			last = fmt.Errorf("members disagree on the leader: %v", leaders)
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("etcd cluster not healthy after %v (see the nodes' logs): %w", timeout, last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+		return nil
+	})
 }
 
 // Leader returns the node that leads, by asking each member who it is and
 // who it follows; when members disagree, the highest term wins.
 func (c *Cluster) Leader(ctx context.Context) (runtime.Node, error) {
-	var (
-		best     runtime.Node
-		bestTerm uint64
-		errs     []error
-	)
-	for _, n := range c.nodes {
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		s, err := status(pctx, n)
-		cancel()
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		if s.Member == s.Leader && s.Term >= bestTerm {
-			best, bestTerm = n, s.Term
-		}
+	sts, errs := c.statuses(ctx)
+	n, err := targets.Leader(c.nodes, sts, errs, func(s Status) (bool, uint64) { return s.Member == s.Leader, s.Term })
+	if err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
 	}
-	if best == nil {
-		return nil, fmt.Errorf("no etcd member leads: %w", errors.Join(errs...))
-	}
-	return best, nil
+	return n, nil
 }
 
 var _ targets.LeaderFinder = (*Cluster)(nil)

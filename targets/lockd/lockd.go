@@ -22,7 +22,6 @@ package lockd
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -32,7 +31,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/splitbrain/splitbrain/harness/runtime"
@@ -159,7 +157,7 @@ func (t Target) serverOptions(opts targets.Options) (ServerOptions, error) {
 // Command is node id's command line in a cluster of peers (name → address).
 func Command(id string, peers map[string]string, so ServerOptions) []string {
 	var list []string
-	for _, n := range sortedNames(peers) {
+	for _, n := range targets.SortedNames(peers) {
 		list = append(list, n+"="+net.JoinHostPort(peers[n], strconv.Itoa(RaftPort)))
 	}
 	return []string{Binary, "lockd",
@@ -178,16 +176,6 @@ func Command(id string, peers map[string]string, so ServerOptions) []string {
 	}
 }
 
-// sortedNames orders node names by number (n1 < n2 < n10).
-func sortedNames(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for n := range m {
-		out = append(out, n)
-	}
-	slices.SortFunc(out, func(a, b string) int { return cmp.Or(cmp.Compare(len(a), len(b)), strings.Compare(a, b)) })
-	return out
-}
-
 // Start implements targets.Target: it reserves every node's address, starts
 // the nodes together and waits until every one answers and they agree on a
 // leader that has applied its first entry.
@@ -200,40 +188,18 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	peers := map[string]string{}
-	names := make([]string, t.Size())
-	for i := range names {
-		names[i] = fmt.Sprintf("n%d", i+1)
-		a, err := rt.Reserve(names[i])
-		if err != nil {
-			return nil, fmt.Errorf("reserve %s: %w", names[i], err)
+	names, peers, err := targets.ReserveMembers(rt, t.Size())
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := targets.StartMembers(ctx, rt, names, func(name string) runtime.NodeSpec {
+		return runtime.NodeSpec{
+			Name: name, Role: Role, Image: opts.Images[Role],
+			Cmd:  Command(name, peers, so),
+			Caps: append([]string{runtime.CapNetAdmin}, opts.ExtraCaps...),
 		}
-		peers[names[i]] = a.String()
-	}
-	nodes := make([]runtime.Node, len(names))
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		errs []error
-	)
-	for i, name := range names {
-		wg.Go(func() {
-			n, err := rt.Start(ctx, runtime.NodeSpec{
-				Name: name, Role: Role, Image: opts.Images[Role],
-				Cmd:  Command(name, peers, so),
-				Caps: append([]string{runtime.CapNetAdmin}, opts.ExtraCaps...),
-			})
-			mu.Lock()
-			defer mu.Unlock()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("start %s: %w", name, err))
-				return
-			}
-			nodes[i] = n
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
 	c := &Cluster{nodes: nodes, ttl: opts.TTL, opts: opts.RecipeOptions, server: so, log: log}
@@ -337,32 +303,13 @@ func RaftVersion() string {
 
 // status runs the probe inside n.
 func status(ctx context.Context, n runtime.Node) (Status, error) {
-	out, err := runtime.Run(ctx, n, Binary, "probe", "lockd", "--endpoint", net.JoinHostPort("127.0.0.1", strconv.Itoa(HTTPPort)))
-	if err != nil {
-		return Status{}, err
-	}
-	var s Status
-	if err := json.Unmarshal(out, &s); err != nil {
-		return Status{}, fmt.Errorf("%s: probe output %q: %w", n.Name(), out, err)
-	}
-	return s, nil
+	return targets.ProbeJSON[Status](ctx, n, Binary, "probe", "lockd", "--endpoint", net.JoinHostPort("127.0.0.1", strconv.Itoa(HTTPPort)))
 }
 
 // Statuses asks every node for its status, concurrently; a node that does
 // not answer has an error instead.
 func (c *Cluster) Statuses(ctx context.Context) ([]Status, []error) {
-	sts := make([]Status, len(c.nodes))
-	errs := make([]error, len(c.nodes))
-	var wg sync.WaitGroup
-	for i, n := range c.nodes {
-		wg.Go(func() {
-			pctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-			defer cancel()
-			sts[i], errs[i] = status(pctx, n)
-		})
-	}
-	wg.Wait()
-	return sts, errs
+	return targets.ProbeAll(ctx, c.nodes, 3*time.Second, status)
 }
 
 // healthy says whether statuses describe a cluster ready to serve: every
@@ -397,19 +344,9 @@ func healthy(sts []Status, errs []error) error {
 // WaitHealthy waits until every node answers, all agree on a leader, and
 // the leader is ready.
 func (c *Cluster) WaitHealthy(ctx context.Context, timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	for {
-		last := healthy(c.Statuses(ctx))
-		if last == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("lockd cluster not healthy after %v (see the nodes' logs): %w", timeout, last)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return runtime.Poll(ctx, "lockd cluster not healthy (see the nodes' logs)", timeout, 100*time.Millisecond, func(ctx context.Context) error {
+		return healthy(c.Statuses(ctx))
+	})
 }
 
 // Leader implements targets.LeaderFinder: the node that says it leads;
@@ -417,20 +354,9 @@ func (c *Cluster) WaitHealthy(ctx context.Context, timeout time.Duration) error 
 // the highest term.
 func (c *Cluster) Leader(ctx context.Context) (runtime.Node, error) {
 	sts, errs := c.Statuses(ctx)
-	var (
-		best     runtime.Node
-		bestTerm uint64
-	)
-	for i, s := range sts {
-		if errs[i] != nil {
-			continue
-		}
-		if s.State == "Leader" && s.ID == s.LeaderID && (best == nil || s.Term > bestTerm) {
-			best, bestTerm = c.nodes[i], s.Term
-		}
+	n, err := targets.Leader(c.nodes, sts, errs, func(s Status) (bool, uint64) { return s.State == "Leader" && s.ID == s.LeaderID, s.Term })
+	if err != nil {
+		return nil, fmt.Errorf("lockd: %w", err)
 	}
-	if best == nil {
-		return nil, fmt.Errorf("no lockd node leads: %w", errors.Join(append(errs, errors.New("no node reports state Leader"))...))
-	}
-	return best, nil
+	return n, nil
 }

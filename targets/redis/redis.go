@@ -94,21 +94,14 @@ func (Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Option
 }
 
 func waitReady(ctx context.Context, n runtime.Node) error {
-	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
-	defer cancel()
-	var last error
-	for {
-		out, err := runtime.Run(ctx, n, "redis-cli", "-h", "127.0.0.1", "-p", strconv.Itoa(Port), "ping")
-		if err == nil && strings.TrimSpace(string(out)) == "PONG" {
-			return nil
-		}
-		last = err
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redis on %s never answered PING (check its log in the results directory): %w", n.Name(), errors.Join(ctx.Err(), last))
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
+	return runtime.Poll(ctx, fmt.Sprintf("redis on %s never answered PING (check its log in the results directory)", n.Name()), 20*time.Second, 100*time.Millisecond,
+		func(ctx context.Context) error {
+			out, err := runtime.Run(ctx, n, "redis-cli", "-h", "127.0.0.1", "-p", strconv.Itoa(Port), "ping")
+			if err == nil && strings.TrimSpace(string(out)) != "PONG" {
+				err = fmt.Errorf("PING answered %q", out)
+			}
+			return err
+		})
 }
 
 // ServerTime asks the Redis server in n for its time (TIME, run with
@@ -250,10 +243,13 @@ func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, _ *sl
 
 // Acquire implements targets.Locker: it retries SET NX until granted or ctx
 // is done. The error says whether the lock was held (ErrBusy) or Redis could
-// not be reached (ErrUnavailable), judged by the last attempt.
+// not be reached (ErrUnavailable), judged by the last attempt that Redis
+// answered or that failed by itself: an attempt cut short by ctx's own
+// deadline says nothing about Redis.
 func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error) {
 	owner := fmt.Sprintf("%s-%d-%d", l.client, l.seq.Add(1), rand.Uint64())
 	keys := []string{"lock:" + key, "token:" + key}
+	var last error // the last attempt's verdict not caused by ctx
 	for {
 		value := owner
 		var res int64
@@ -269,14 +265,16 @@ func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error)
 		case err == nil:
 			return &lease{l: l, key: key, owner: value, token: uint64(res)}, nil
 		case errors.Is(err, goredis.Nil):
-			err = fmt.Errorf("acquire %s: %w", key, targets.ErrBusy)
+			last = fmt.Errorf("acquire %s: %w", key, targets.ErrBusy)
+		case ctx.Err() != nil && last != nil:
+			// Our own deadline cut this attempt: keep the last verdict.
 		default:
-			err = fmt.Errorf("acquire %s: %w: %w", key, targets.ErrUnavailable, err)
+			last = fmt.Errorf("acquire %s: %w: %w", key, targets.ErrUnavailable, err)
 		}
 		jitter := time.Duration(rand.Int64N(int64(l.retry)))
 		select {
 		case <-ctx.Done():
-			return nil, err
+			return nil, last
 		case <-time.After(l.retry + jitter):
 		}
 	}
