@@ -1,0 +1,86 @@
+package etcd
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/harness/runtime/memrt"
+	"github.com/splitbrain/splitbrain/targets"
+)
+
+func TestClientEndpoints(t *testing.T) {
+	eps := []string{"a:2379", "b:2379", "c:2379"}
+	tests := []struct {
+		client, mode string
+		want         []string
+		ok           bool
+	}{
+		{"c1", "", []string{"a:2379"}, true},
+		{"c5", "pinned", []string{"b:2379"}, true},
+		{"c2", "all", eps, true},
+		{"x", "pinned", nil, false},
+		{"c1", "roundrobin", nil, false},
+	}
+	for _, tt := range tests {
+		got, err := ClientEndpoints(eps, tt.client, tt.mode)
+		if (err == nil) != tt.ok || (tt.ok && !slices.Equal(got, tt.want)) {
+			t.Errorf("%s %s: %v %v", tt.client, tt.mode, got, err)
+		}
+	}
+}
+
+func TestCommandNamesEveryPeer(t *testing.T) {
+	peers := map[string]string{"n1": "10.0.0.1", "n2": "10.0.0.2", "n10": "10.0.0.10"}
+	cmd := strings.Join(Command("n2", "10.0.0.2", peers, "tok"), " ")
+	for _, want := range []string{"--name n2", "--initial-cluster n1=http://10.0.0.1:2380,n2=http://10.0.0.2:2380,n10=http://10.0.0.10:2380",
+		"--advertise-client-urls http://10.0.0.2:2379", "--initial-cluster-token tok", "--data-dir " + DataDir} {
+		if !strings.Contains(cmd, want) {
+			t.Errorf("command lacks %q: %s", want, cmd)
+		}
+	}
+}
+
+// TestStartLeaderVersions drives the target on the in-memory runtime,
+// whose nodes answer the in-node probe as a healthy cluster led by n2.
+func TestStartLeaderVersions(t *testing.T) {
+	ids := map[string]uint64{"n1": 11, "n2": 22, "n3": 33}
+	var leader atomic.Uint64
+	exec := func(_ context.Context, node string, argv []string) (runtime.ExecResult, error) {
+		switch {
+		case slices.Contains(argv, "probe"):
+			b, _ := json.Marshal(Status{Member: ids[node], Leader: leader.Load(), Term: 3, Version: "3.6.16"})
+			return runtime.ExecResult{Stdout: b}, nil
+		case slices.Contains(argv, "--version"):
+			return runtime.ExecResult{Stdout: []byte("etcd Version: 3.6.16\nGit SHA: x\n")}, nil
+		}
+		return runtime.ExecResult{}, fmt.Errorf("unexpected %v", argv)
+	}
+	idle := func(ctx context.Context, _ *memrt.Proc) error { <-ctx.Done(); return nil }
+	rt := memrt.New(map[string]memrt.Program{Role: idle}, exec)
+	defer rt.Close(context.Background())
+	time.AfterFunc(300*time.Millisecond, func() { leader.Store(22) }) // elected a little later
+	c, err := Target{}.Start(context.Background(), rt, targets.Options{TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(c.Nodes()); n != 3 {
+		t.Fatalf("%d nodes", n)
+	}
+	l, err := c.(*Cluster).Leader(context.Background())
+	if err != nil || l.Name() != "n2" {
+		t.Fatalf("leader %v %v", l, err)
+	}
+	if v := c.Versions(context.Background())["etcd"]; v != "3.6.16" {
+		t.Fatalf("version %q", v)
+	}
+	if r := c.Recipe(); r.Kind != "etcd" || len(r.Endpoints) != 3 || time.Duration(r.TTL) != 2*time.Second {
+		t.Fatalf("recipe %+v", r)
+	}
+}
