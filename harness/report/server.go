@@ -2,6 +2,7 @@ package report
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/harness/scenario"
 )
 
 // Limits of a scan of the results directory.
@@ -75,6 +78,7 @@ func NewServer(dir string, log *slog.Logger) (*Server, error) {
 	s.mux = http.NewServeMux()
 	s.mux.HandleFunc("GET /{$}", s.index)
 	s.mux.HandleFunc("GET /compare", s.compare)
+	s.mux.HandleFunc("GET /matrix", s.matrix)
 	s.mux.HandleFunc("GET /runs/{path...}", s.file)
 	s.mux.HandleFunc("GET /favicon.ico", func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	return s, nil
@@ -517,4 +521,66 @@ func (s *Server) generate(dir string) ([]byte, error) {
 	}
 	s.log.Warn("report not saved; served without saving", "dir", dir, "err", werr)
 	return buf.Bytes(), nil
+}
+
+// matrixRow is one line of the matrix page.
+type matrixRow struct {
+	scenario.Row
+	Result string
+	Pass   bool
+	Href   string
+}
+
+// matrix shows a matrix.json under the results directory (the newest, or
+// ?name=<set>-<stamp>), a line per run with a link to its report.
+func (s *Server) matrix(w http.ResponseWriter, r *http.Request) {
+	fsys := s.root.FS()
+	names, _ := fs.Glob(fsys, "matrix/*/matrix.json")
+	sort.Sort(sort.Reverse(sort.StringSlice(names)))
+	p := struct {
+		Names   []string
+		Chosen  string
+		Matrix  *scenario.Matrix
+		Rows    []matrixRow
+		Failed  int
+		Missing bool
+	}{}
+	for _, n := range names {
+		p.Names = append(p.Names, path.Base(path.Dir(n)))
+	}
+	if len(names) == 0 {
+		p.Missing = true
+		s.page(w, "matrix", p)
+		return
+	}
+	chosen := names[0]
+	if q := r.URL.Query().Get("name"); q != "" {
+		if !slices.Contains(p.Names, q) {
+			s.notFound(w, r, fmt.Errorf("no matrix %q", q))
+			return
+		}
+		chosen = "matrix/" + q + "/matrix.json"
+	}
+	p.Chosen = path.Base(path.Dir(chosen))
+	b, err := fs.ReadFile(fsys, chosen)
+	var m scenario.Matrix
+	if err == nil {
+		err = json.Unmarshal(b, &m)
+	}
+	if err != nil {
+		s.notFound(w, r, fmt.Errorf("read %s: %w", chosen, err))
+		return
+	}
+	p.Matrix, p.Failed = &m, m.Failed()
+	for _, row := range m.Rows {
+		mr := matrixRow{Row: row, Pass: row.Pass(), Result: "pass"}
+		if !mr.Pass {
+			mr.Result = strings.Join(append(append([]string{}, row.Mismatches...), row.Error), "; ")
+		}
+		if rel, err := filepath.Rel(s.root.Name(), row.Dir); err == nil && safePath(filepath.ToSlash(rel)) {
+			mr.Href = "/runs/" + filepath.ToSlash(rel) + "/" + ReportFile
+		}
+		p.Rows = append(p.Rows, mr)
+	}
+	s.page(w, "matrix", p)
 }

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/harness/scenario"
 )
 
 // runsDir makes a results directory of four runs: redis and etcd,
@@ -229,5 +232,32 @@ func TestServeReportOnDemand(t *testing.T) {
 	res, _ = get(t, s, "/runs/"+run+"/"+VisualizationFile)
 	if csp := res.Header.Get("Content-Security-Policy"); !strings.HasPrefix(csp, "sandbox") {
 		t.Errorf("visualization CSP %q", csp)
+	}
+}
+
+func TestServeMatrix(t *testing.T) {
+	dir := runsDir(t)
+	s := newTestServer(t, dir)
+	if resp, body := get(t, s, "/matrix"); resp.StatusCode != http.StatusOK || !strings.Contains(body, "no-matrix") {
+		t.Fatalf("no matrix yet: %d %s", resp.StatusCode, body)
+	}
+	runs, _ := s.Runs()
+	if len(runs) == 0 {
+		t.Fatal("fixture has no runs")
+	}
+	m := scenario.Matrix{Set: &scenario.Set{Name: "nightly"}, Rows: []scenario.Row{
+		{Scenario: "bypass-writer", AntiPattern: 6, Target: "redis", Seed: 1, Verdict: checkers.Invalid, Dir: filepath.Join(dir, filepath.FromSlash(runs[0].Path))},
+		{Scenario: "correct-pattern", Target: "etcd", Seed: 1, Verdict: checkers.Invalid, Mismatches: []string{"verdict invalid, expected valid"}},
+	}}
+	if err := m.WriteJSON(filepath.Join(dir, "matrix", "nightly-20261202T000000Z", "matrix.json")); err != nil {
+		t.Fatal(err)
+	}
+	resp, body := get(t, s, "/matrix")
+	if resp.StatusCode != http.StatusOK || !strings.Contains(body, "bypass-writer") || !strings.Contains(body, "verdict invalid, expected valid") ||
+		!strings.Contains(body, "/runs/"+runs[0].Path+"/report.html") || !strings.Contains(body, "1 differing") {
+		t.Fatalf("matrix page: %d\n%s", resp.StatusCode, body)
+	}
+	if resp, _ := get(t, s, "/matrix?name=../etc"); resp.StatusCode != http.StatusNotFound {
+		t.Fatalf("unknown matrix: %d", resp.StatusCode)
 	}
 }
