@@ -62,6 +62,10 @@ type Options struct {
 	Log  *slog.Logger
 }
 
+// createTimeout bounds one container create, which the caller's context
+// does not cut short.
+const createTimeout = time.Minute
+
 // Runtime is a run's containers on one Docker engine.
 type Runtime struct {
 	cli  *client.Client
@@ -201,7 +205,12 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.NodeSpec) (runtime.Nod
 		r.netName: {IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: addr.String()}},
 	}}
 	name := fmt.Sprintf("sb-%s-%s", r.opts.RunID, spec.Name)
-	resp, err := r.cli.ContainerCreate(ctx, cfg, host, netCfg, nil, name)
+	// The create is not cut short by ctx (only bounded): a create
+	// abandoned mid-call may still be carried out by the engine, and its
+	// container must then be known here to be removed at Close.
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+	resp, err := r.cli.ContainerCreate(cctx, cfg, host, netCfg, nil, name)
+	cancel()
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("create %s: image %s is missing (run: splitbrain images build): %w", spec.Name, spec.Image, err)
@@ -249,10 +258,11 @@ func (r *Runtime) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("remove %s: %w", n.name, err))
 		}
 	}
-	if r.netID != "" {
-		if err := r.cli.NetworkRemove(ctx, r.netID); err != nil && !cerrdefs.IsNotFound(err) {
-			errs = append(errs, fmt.Errorf("remove network %s: %w", r.netName, err))
-		}
+	// Sweep by label as well: a container the engine created although
+	// its create call returned an error (a lost reply) is in no list of
+	// ours, but it carries the run's label. The network goes with it.
+	if _, _, err := Clean(ctx, r.cli, r.opts.RunID); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

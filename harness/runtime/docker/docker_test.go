@@ -176,6 +176,39 @@ func TestCleanRemovesLeftovers(t *testing.T) {
 	}
 }
 
+// TestCloseSweepsUnknownContainers: a container of the run that the
+// runtime never learnt of (the engine created it but the create call's
+// reply was lost) is removed at Close, found by the run's label.
+func TestCloseSweepsUnknownContainers(t *testing.T) {
+	cli := testenv.Docker(t)
+	img := testenv.Images(t, cli, images.RoleClient)[images.RoleClient]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	runID := fmt.Sprintf("u%d", time.Now().UnixNano()%1e9)
+	rt, err := docker.New(ctx, cli, docker.Options{RunID: runID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { docker.Clean(context.Background(), cli, runID) })
+	if _, err := rt.Start(ctx, runtime.NodeSpec{Name: "a", Role: "test", Image: img, Cmd: []string{"sleep", "infinity"}}); err != nil {
+		t.Fatal(err)
+	}
+	// Behind the runtime's back, as the engine would after a lost reply.
+	if _, err := cli.ContainerCreate(ctx, &container.Config{Image: img, Cmd: []string{"sleep", "infinity"},
+		Labels: map[string]string{runtime.LabelRun: runID}}, nil, nil, nil, "sb-"+runID+"-orphan"); err != nil {
+		t.Fatal(err)
+	}
+	if c, _ := leftovers(t, cli, runID); c != 2 {
+		t.Fatalf("before close: %d containers, want 2", c)
+	}
+	if err := rt.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c, n := leftovers(t, cli, runID); c != 0 || n != 0 {
+		t.Fatalf("after close: %d containers, %d networks left", c, n)
+	}
+}
+
 func TestMissingImageIsClear(t *testing.T) {
 	cli := testenv.Docker(t)
 	ctx := context.Background()
