@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/checkers/synth"
 	"github.com/splitbrain/splitbrain/harness/report"
@@ -85,8 +87,15 @@ func runCheckerChild(args []string) error {
 	timeout := fs.Duration("timeout", time.Minute, "linearizability check timeout")
 	explain := fs.Bool("explain", false, "also run report.Explain")
 	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL given to the checkers")
+	asLimit := fs.Float64("as-limit-gib", 0, "cap this process's address space (RLIMIT_AS), so that a case too big for the machine fails alone")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *asLimit > 0 {
+		n := uint64(*asLimit * (1 << 30))
+		if err := unix.Setrlimit(unix.RLIMIT_AS, &unix.Rlimit{Cur: n, Max: n}); err != nil {
+			return err
+		}
 	}
 	var res childResult
 	t0 := time.Now()
@@ -166,6 +175,8 @@ type checkerCase struct {
 	Keep    bool          `json:"keep_unobserved"`
 	Explain bool          `json:"explain,omitempty"`
 	Rounds  int           `json:"rounds"`
+	// ASLimitGiB caps the child's address space (0: none).
+	ASLimitGiB float64 `json:"as_limit_gib,omitempty"`
 
 	// Measured: every round, and their summaries.
 	Runs     []childResult `json:"runs"`
@@ -231,6 +242,12 @@ func runChecker(args []string) error {
 	add("keys", "300000 ops, 3 keys", synth.Options{Ops: 300_000, Keys: 3, Clients: 5, Seed: 1}, "pipeline", false, false, 1)
 	if big > 0 {
 		add("keys", "1000000 ops, 16 keys", synth.Options{Ops: big, Keys: 16, Clients: 20, Seed: 1}, "pipeline", false, false, 1)
+		// 333k operations per key: Porcupine's cache alone would take
+		// about (333k)²/8 = 14 GB per key, two keys at once. Run it capped,
+		// so that it fails alone instead of driving the machine into swap
+		// or the OOM killer.
+		add("keys", "1000000 ops, 3 keys (address space capped at 12 GiB)", synth.Options{Ops: big, Keys: 3, Clients: 5, Seed: 1}, "pipeline", false, false, 1)
+		cases[len(cases)-1].ASLimitGiB = 12
 	}
 	// A violation: the whole pipeline and report.Explain.
 	add("violation", "100000 ops, 64 keys, 1 lost update", synth.Options{Ops: 100_000, Keys: 64, Clients: 20, Violation: true, Seed: 3}, "pipeline", false, true, *rounds)
@@ -332,6 +349,9 @@ func measureCase(cs *checkerCase, path string, timeout time.Duration) {
 		if cs.Explain {
 			args = append(args, "--explain")
 		}
+		if cs.ASLimitGiB > 0 {
+			args = append(args, "--as-limit-gib", fmt.Sprint(cs.ASLimitGiB))
+		}
 		cmd := exec.Command(self, args...)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
@@ -339,7 +359,17 @@ func measureCase(cs *checkerCase, path string, timeout time.Duration) {
 		err := cmd.Run()
 		wall := time.Since(start).Seconds()
 		if err != nil {
-			cs.Err = fmt.Sprintf("%v: %s", err, strings.TrimSpace(errb.String()))
+			msg := strings.TrimSpace(errb.String())
+			if i := strings.IndexByte(msg, '\n'); i >= 0 {
+				msg = msg[:i] // the first line (a Go fatal error's stack follows)
+			}
+			rss := int64(0)
+			if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+				rss = ru.Maxrss
+			}
+			cs.Err = fmt.Sprintf("%v after %.1fs, peak RSS %.0f MiB: %s", err, wall, float64(rss)/1024, msg)
+			cs.PeakMiB = float64(rss) / 1024
+			cs.Wall = append(cs.Wall, wall)
 			logf("  failed: %s", cs.Err)
 			return
 		}

@@ -51,9 +51,10 @@ func connectDocker(ctx context.Context, roles ...string) (*dockerEnv, error) {
 func (d *dockerEnv) Close() { d.cli.Close() }
 
 // newRuntime is a fresh run network, as a harness run makes one.
-func (d *dockerEnv) newRuntime(ctx context.Context, prefix string) (*docker.Runtime, error) {
+func (d *dockerEnv) newRuntime(ctx context.Context, prefix string) (*docker.Runtime, string, error) {
 	id := fmt.Sprintf("%s-%s-%04x", prefix, time.Now().Format("150405"), uint16(time.Now().UnixNano()>>10))
-	return docker.New(ctx, d.cli, docker.Options{RunID: id, Log: slog.New(slog.DiscardHandler)})
+	rt, err := docker.New(ctx, d.cli, docker.Options{RunID: id, Log: slog.New(slog.DiscardHandler)})
+	return rt, id, err
 }
 
 // closeRuntime removes a runtime's containers and network, with its own

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,7 +25,6 @@ import (
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads"
 	"github.com/splitbrain/splitbrain/workloads/agent"
-	"github.com/splitbrain/splitbrain/workloads/history"
 )
 
 // loopResult is what `splitbrain bench-loop` prints (cmd/splitbrain/benchloop.go).
@@ -37,6 +37,8 @@ type loopResult struct {
 	StartLag time.Duration  `json:"start_lag_ns"`
 	Elapsed  time.Duration  `json:"elapsed_ns"`
 	CPU      time.Duration  `json:"cpu_ns"`
+	Wait     time.Duration  `json:"wait_mean_ns"`
+	Hold     time.Duration  `json:"hold_mean_ns"`
 }
 
 // recordSample is one measurement of one variant.
@@ -49,12 +51,20 @@ type recordSample struct {
 	// OKPerSec is ok critical sections per second over all clients.
 	OKPerSec float64 `json:"ok_per_s"`
 	// HarnessOpsPerSec is results.json metrics.ops_per_second (harness only).
-	HarnessOpsPerSec float64      `json:"harness_ops_per_s,omitempty"`
-	MaxStartLagMS    float64      `json:"max_start_lag_ms,omitempty"`
-	CPU              CPUUse       `json:"cpu"`
-	Clients          []loopResult `json:"clients,omitempty"`
-	Dir              string       `json:"dir,omitempty"`
-	Err              string       `json:"error,omitempty"`
+	HarnessOpsPerSec float64 `json:"harness_ops_per_s,omitempty"`
+	MaxStartLagMS    float64 `json:"max_start_lag_ms,omitempty"`
+	// WaitMS and HoldMS are the mean acquire wait and hold of the ok
+	// critical sections; CycleMS is clients / OKPerSec, the time one
+	// client takes per critical section, and GapMS what is left of it
+	// outside wait and hold (the control channel's round trip).
+	WaitMS  float64      `json:"wait_ms"`
+	HoldMS  float64      `json:"hold_ms"`
+	CycleMS float64      `json:"cycle_ms"`
+	GapMS   float64      `json:"gap_ms"`
+	CPU     CPUUse       `json:"cpu"`
+	Clients []loopResult `json:"clients,omitempty"`
+	Dir     string       `json:"dir,omitempty"`
+	Err     string       `json:"error,omitempty"`
 }
 
 type recordData struct {
@@ -83,10 +93,21 @@ func runRecord(args []string) error {
 	dur := fs.Duration("d", 10*time.Second, "seconds each variant loops")
 	rounds := fs.Int("rounds", 5, "interleaved rounds (harness, bare, agent, agent-record, harness, ...)")
 	keys := fs.Int("keys", 3, "counters (the harness's default)")
-	variants := fs.String("variants", "bare,agent,agent-record", "loop variants besides the harness: bare (the target), agent and agent-record (diagnosis)")
+	variants := fs.String("variants", "bare,agent,agent-record,harness-attach,harness-fifo,harness-lean,harness-fifo-lean", "variants besides the harness: bare (the ratio's denominator); agent, agent-record, harness-fifo (diagnosis, see docs/performance.md)")
 	results := fs.String("results", "", "harness results directory (default: a temporary directory, removed)")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this process (the harness runs in it) to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	c.begin("record", args)
 	ctx := context.Background()
@@ -112,6 +133,10 @@ func runRecord(args []string) error {
 	for r := 1; r <= *rounds; r++ {
 		logf("round %d/%d: harness.Run (redis, unfenced-counter, nemesis none, work 0, %d clients, %v)", r, *rounds, *conc, *dur)
 		h := recordHarness(ctx, env, r, *conc, *keys, *dur, resDir)
+		if h.OKPerSec > 0 {
+			h.CycleMS = float64(*conc) / h.OKPerSec * 1000
+			h.GapMS = h.CycleMS - h.WaitMS - h.HoldMS
+		}
 		logf("  harness: %.0f ok/s %s", h.OKPerSec, h.Err)
 		data.Samples = append(data.Samples, h)
 		loops := recordLoops(ctx, env, r, *conc, *keys, *dur, loopVariants)
@@ -233,35 +258,7 @@ func recordHarness(ctx context.Context, env *dockerEnv, round, conc, keys int, d
 	}
 	s.Dir = out.Dir
 	s.HarnessOpsPerSec = out.Results.Metrics.OpsPerSecond
-	evs, _, err := history.ReadFile(filepath.Join(out.Dir, "history.jsonl"))
-	if err != nil {
-		s.Err = err.Error()
-		return s
-	}
-	first, last := int64(-1), int64(0)
-	byID := map[int64]bool{}
-	for _, e := range evs {
-		if e.F != history.FCriticalSection {
-			continue
-		}
-		switch {
-		case e.Type == history.Invoke:
-			if first < 0 {
-				first = e.Time
-			}
-			byID[e.ID] = true
-		case e.IsCompletion() && byID[e.ID]:
-			s.Ops++
-			if e.Type == history.OK {
-				s.OK++
-			}
-			last = max(last, e.Time)
-		}
-	}
-	if last > first && first >= 0 {
-		s.Seconds = time.Duration(last - first).Seconds()
-		s.OKPerSec = float64(s.OK) / s.Seconds
-	}
+	countHistory(&s, filepath.Join(out.Dir, "history.jsonl"))
 	if st.started && st.ended {
 		s.CPU = use(st.start, st.end, s.OK, "harness")
 	}
@@ -279,7 +276,7 @@ func recordLoops(ctx context.Context, env *dockerEnv, round, conc, keys int, d t
 		}
 		return out
 	}
-	rt, err := env.newRuntime(ctx, "bench")
+	rt, runID, err := env.newRuntime(ctx, "bench")
 	if err != nil {
 		return fail(err)
 	}
@@ -303,7 +300,17 @@ func recordLoops(ctx context.Context, env *dockerEnv, round, conc, keys int, d t
 	fixed := map[string]string{containerID(storeNode): "store", containerID(cl.Nodes()[0]): "redis"}
 	var out []recordSample
 	for vi, v := range variants {
+		if v == variantAttach || v == variantFIFO || v == variantLean || v == variantFIFOLean {
+			out = append(out, recordHostDriven(ctx, env, rt, runID, v, round, vi, conc, keys, d, base, fixed))
+			continue
+		}
 		out = append(out, recordLoop(ctx, env, rt, round, vi, v, conc, keys, d, base, fixed))
+	}
+	for i := range out {
+		if out[i].OKPerSec > 0 {
+			out[i].CycleMS = float64(conc) / out[i].OKPerSec * 1000
+			out[i].GapMS = out[i].CycleMS - out[i].WaitMS - out[i].HoldMS
+		}
 	}
 	return out
 }
@@ -322,7 +329,10 @@ func recordLoop(ctx context.Context, env *dockerEnv, rt *docker.Runtime, round, 
 		g.Go(func() error {
 			n, err := rt.Start(ctx, runtime.NodeSpec{
 				Name: name, Role: runtime.RoleClient, Image: env.images[runtime.RoleClient],
-				Cmd: []string{"/usr/local/bin/splitbrain", "bench-loop", "--config", string(b), "--mode", variant,
+				// agent-record writes its history to tmpfs: the container's
+				// own file system is fuse-overlayfs here, far slower than
+				// the host's, where the harness writes.
+				Cmd: []string{"/usr/local/bin/splitbrain", "bench-loop", "--config", string(b), "--mode", variant, "--history", "/dev/shm/history.jsonl",
 					"--keys", strconv.Itoa(keys), "--duration", d.String(), "--start-at", strconv.FormatInt(startAt.UnixNano(), 10),
 					"--seed", strconv.Itoa(round*100 + i)},
 				Caps: []string{runtime.CapNetAdmin},
@@ -347,13 +357,16 @@ func recordLoop(ctx context.Context, env *dockerEnv, rt *docker.Runtime, round, 
 	}
 	time.Sleep(time.Until(startAt))
 	before := sampleCPU(containers)
+	// Sample again just before the loops end: an exited container's
+	// cgroup is gone.
+	time.Sleep(d - 100*time.Millisecond)
+	after := sampleCPU(containers)
 	wctx, cancel := context.WithTimeout(ctx, d+time.Minute)
 	defer cancel()
 	if err := env.waitExit(wctx, nodes); err != nil {
 		s.Err = err.Error()
 		return s
 	}
-	after := sampleCPU(containers)
 	for _, n := range nodes {
 		text := logs(ctx, n)
 		var r loopResult
@@ -375,6 +388,12 @@ func recordLoop(ctx context.Context, env *dockerEnv, rt *docker.Runtime, round, 
 		}
 		s.Seconds = max(s.Seconds, r.Elapsed.Seconds())
 		s.MaxStartLagMS = max(s.MaxStartLagMS, ms(r.StartLag))
+		s.WaitMS += ms(r.Wait) * float64(r.OK)
+		s.HoldMS += ms(r.Hold) * float64(r.OK)
+	}
+	if s.OK > 0 {
+		s.WaitMS /= float64(s.OK)
+		s.HoldMS /= float64(s.OK)
 	}
 	s.CPU = use(before, after, s.OK, "")
 	return s
@@ -466,6 +485,19 @@ func printRecord(d *recordData, variants []string) {
 			}
 		}
 		row(tw, append(cells, fmt.Sprintf("%.2f", median(cores)))...)
+	}
+	tw.Flush()
+
+	fmt.Println("\n## Where a client's time goes (ms per ok critical section, medians): cycle = clients / rate = wait + hold + gap")
+	tw = table(os.Stdout, "variant", "ok/s", "cycle", "acquire wait", "hold", "gap (channel, recording)")
+	for _, v := range variants {
+		var rate, cyc, wait, hold, gap []float64
+		for _, s := range d.Samples {
+			if s.Variant == v && s.Err == "" {
+				rate, cyc, wait, hold, gap = append(rate, s.OKPerSec), append(cyc, s.CycleMS), append(wait, s.WaitMS), append(hold, s.HoldMS), append(gap, s.GapMS)
+			}
+		}
+		row(tw, v, fmt.Sprintf("%.0f", median(rate)), fmt.Sprintf("%.2f", median(cyc)), fmt.Sprintf("%.2f", median(wait)), fmt.Sprintf("%.2f", median(hold)), fmt.Sprintf("%.2f", median(gap)))
 	}
 	tw.Flush()
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,6 +33,12 @@ const (
 	benchAgent = "agent"
 	// benchAgentRecord is benchAgent recording history.jsonl to a file.
 	benchAgentRecord = "agent-record"
+	// benchLeanAgent serves the agent protocol on stdin and stdout like
+	// `splitbrain agent`, but sends only the acquired event and the done
+	// response of each operation (no read and write events): what the
+	// harness would cost with the leaner protocol docs/performance.md
+	// proposes.
+	benchLeanAgent = "lean-agent"
 )
 
 // benchLoopResult is what bench-loop prints, one JSON line.
@@ -48,6 +55,12 @@ type benchLoopResult struct {
 	Elapsed time.Duration `json:"elapsed_ns"`
 	// CPU is this process's user+system CPU time.
 	CPU time.Duration `json:"cpu_ns"`
+	// Wait and Hold are the mean time to acquire and the mean hold (grant
+	// to the start of the release) of the ok critical sections.
+	Wait time.Duration `json:"wait_mean_ns"`
+	Hold time.Duration `json:"hold_mean_ns"`
+
+	waitSum, holdSum time.Duration
 }
 
 // newBenchLoopCmd is the client side of `go run ./bench record`: it does
@@ -72,7 +85,7 @@ func newBenchLoopCmd(_ *globalFlags) *cobra.Command {
 		Args:   exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var cfg agent.Config
-			if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
+			if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil && mode != benchLeanAgent {
 				return &usageError{fmt.Errorf("--config: %w", err)}
 			}
 			if keys < 1 || duration <= 0 {
@@ -82,6 +95,9 @@ func newBenchLoopCmd(_ *globalFlags) *cobra.Command {
 				cfg.Client, _ = os.Hostname()
 			}
 			ctx := cmd.Context()
+			if mode == benchLeanAgent {
+				return leanAgent(ctx, os.Stdin, os.Stdout)
+			}
 			if startAt > 0 {
 				if d := time.Until(time.Unix(0, startAt)); d > 0 {
 					time.Sleep(d)
@@ -106,12 +122,15 @@ func newBenchLoopCmd(_ *globalFlags) *cobra.Command {
 				return err
 			}
 			res.CPU = processCPU()
+			if res.OK > 0 {
+				res.Wait, res.Hold = res.waitSum/time.Duration(res.OK), res.holdSum/time.Duration(res.OK)
+			}
 			return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfgJSON, "config", "", "the agent configuration (JSON, as the harness sends it)")
-	f.StringVar(&mode, "mode", benchBare, "bare (the calls only), agent (the agent protocol over in-process pipes), agent-record (and history.jsonl written)")
+	f.StringVar(&mode, "mode", benchBare, "bare (the calls only), agent (the agent protocol over in-process pipes), agent-record (and history.jsonl written), lean-agent (serve a leaner protocol on stdio)")
 	f.IntVar(&keys, "keys", 3, "number of counters")
 	f.DurationVar(&duration, "duration", 10*time.Second, "how long to loop")
 	f.Int64Var(&startAt, "start-at", 0, "wall-clock time (Unix ns) to start at, so that all clients loop together")
@@ -138,10 +157,12 @@ func benchBareLoop(ctx context.Context, cfg agent.Config, keys int, d time.Durat
 	deadline := start.Add(d)
 	for time.Now().Before(deadline) {
 		key := workloads.Key(rng.IntN(keys))
-		kind := benchCriticalSection(ctx, cfg, locker, st, key)
+		kind, wait, hold := benchCriticalSection(ctx, cfg, locker, st, key)
 		res.Ops++
 		if kind == "" {
 			res.OK++
+			res.waitSum += wait
+			res.holdSum += hold
 		} else {
 			res.Err[kind]++
 		}
@@ -151,40 +172,55 @@ func benchBareLoop(ctx context.Context, cfg agent.Config, keys int, d time.Durat
 }
 
 // benchCriticalSection is one critical section; it returns "" when it
-// completed ok, else its error kind.
-func benchCriticalSection(ctx context.Context, cfg agent.Config, l targets.Locker, st *store.Client, key string) string {
+// completed ok, else its error kind, and how long acquiring and holding
+// took (as the agent measures them).
+func benchCriticalSection(ctx context.Context, cfg agent.Config, l targets.Locker, st *store.Client, key string) (kind string, wait, hold time.Duration) {
+	start := time.Now()
 	actx, cancel := context.WithTimeout(ctx, time.Duration(cfg.AcquireTimeout))
 	lease, err := l.Acquire(actx, key)
 	cancel()
+	acquired := time.Now()
+	wait = acquired.Sub(start)
 	if err != nil {
 		if errors.Is(err, targets.ErrBusy) {
-			return history.ErrBusy
+			return history.ErrBusy, wait, 0
 		}
-		return history.ErrLockUnavailable
+		return history.ErrLockUnavailable, wait, 0
 	}
 	defer func() {
+		hold = time.Since(acquired)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(cfg.ReleaseTimeout))
 		defer cancel()
 		_ = lease.Release(rctx)
 	}()
 	e, err := st.Read(ctx, key, false, 0)
 	if err != nil {
-		return history.ErrStoreUnavailable
+		return history.ErrStoreUnavailable, wait, 0
 	}
 	if w := time.Duration(cfg.Work); w > 0 {
 		time.Sleep(w)
 	}
 	if _, err := st.Write(ctx, key, e.Value+1, rand.Int64(), false, 0); err != nil {
-		return history.ErrStoreUnavailable
+		return history.ErrStoreUnavailable, wait, 0
 	}
-	return ""
+	return "", wait, 0
 }
 
 // benchAgentLoop runs the real agent in this process over pipes, driven by
 // the counter workload and the harness's client, recording to path.
 func benchAgentLoop(ctx context.Context, cfg agent.Config, keys int, d time.Duration, seed uint64, path string, res *benchLoopResult) error {
-	reqR, reqW := io.Pipe()
-	respR, respW := io.Pipe()
+	// OS pipes, buffered like the container's attached stdio (io.Pipe
+	// would block every event until the client read it).
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	respR, respW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer reqR.Close()
+	defer respR.Close()
 	actx, stop := context.WithCancel(ctx)
 	defer stop()
 	served := make(chan error, 1)
@@ -204,6 +240,8 @@ func benchAgentLoop(ctx context.Context, cfg agent.Config, keys int, d time.Dura
 		res.Ops++
 		if e.Type == history.OK {
 			res.OK++
+			res.waitSum += time.Duration(e.Wait)
+			res.holdSum += time.Duration(e.Hold)
 		} else {
 			res.Err[string(e.Type)+":"+e.Error]++
 		}
@@ -245,4 +283,105 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// leanAgent is the agent protocol with one event per operation. Requests
+// and responses are the agent package's types, so the harness's client
+// drives it unchanged (it waits for done and ignores missing events).
+func leanAgent(ctx context.Context, in io.Reader, out io.Writer) error {
+	w := bufio.NewWriterSize(out, 4096)
+	send := func(r agent.Response) {
+		b, _ := json.Marshal(r)
+		w.Write(append(b, '\n'))
+		w.Flush()
+	}
+	var (
+		cfg    agent.Config
+		locker targets.Locker
+		st     *store.Client
+	)
+	defer func() {
+		if locker != nil {
+			locker.Close()
+		}
+	}()
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var req agent.Request
+		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
+			send(agent.Response{Type: agent.RespError, Error: err.Error()})
+			continue
+		}
+		switch req.Type {
+		case agent.ReqPing:
+			send(agent.Response{Type: agent.RespPong, Seq: req.Seq, Mono: agent.MonotonicNow()})
+		case agent.ReqConfig:
+			f, ok := catalog.Lockers()[req.Config.Recipe.Kind]
+			if !ok {
+				send(agent.Response{Type: agent.RespError, Error: "unknown recipe"})
+				continue
+			}
+			l, err := f(ctx, req.Config.Recipe, req.Config.Client, nil)
+			if err != nil {
+				send(agent.Response{Type: agent.RespError, Error: err.Error()})
+				continue
+			}
+			cfg, locker = *req.Config, l
+			st = store.NewClient(cfg.Store, time.Duration(cfg.StoreTimeout))
+			send(agent.Response{Type: agent.RespReady})
+		case agent.ReqOp:
+			res := leanCriticalSection(ctx, cfg, locker, st, *req.Op, func(r agent.Response) { send(r) })
+			send(agent.Response{Type: agent.RespDone, ID: req.Op.ID, Result: &res})
+		case agent.ReqStop:
+			return nil
+		}
+	}
+	return sc.Err()
+}
+
+// leanCriticalSection is the agent's unfenced critical section, reporting
+// only the grant as it happens.
+func leanCriticalSection(ctx context.Context, cfg agent.Config, l targets.Locker, st *store.Client, op agent.OpRequest, event func(agent.Response)) (res agent.Result) {
+	start := agent.MonotonicNow()
+	actx, cancel := context.WithTimeout(ctx, time.Duration(cfg.AcquireTimeout))
+	lease, err := l.Acquire(actx, op.Key)
+	cancel()
+	if err != nil {
+		kind := history.ErrLockUnavailable
+		if errors.Is(err, targets.ErrBusy) {
+			kind = history.ErrBusy
+		}
+		return agent.Result{Type: history.Fail, Error: kind, Message: err.Error(), Wait: agent.MonotonicNow() - start}
+	}
+	res.AcquiredMono = agent.MonotonicNow()
+	res.Wait, res.Token = res.AcquiredMono-start, lease.Token()
+	event(agent.Response{Type: agent.RespEvent, ID: op.ID, Ev: agent.EvAcquired, Mono: res.AcquiredMono, Token: res.Token})
+	acquired, wait, token := res.AcquiredMono, res.Wait, res.Token
+	defer func() {
+		res.AcquiredMono, res.Wait, res.Token = acquired, wait, token
+		res.ReleasedMono = agent.MonotonicNow()
+		res.Hold = res.ReleasedMono - res.AcquiredMono
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(cfg.ReleaseTimeout))
+		defer cancel()
+		if err := lease.Release(rctx); err != nil {
+			res.ReleaseError = history.ErrLockUnavailable
+		}
+	}()
+	e, err := st.Read(ctx, op.Key, false, 0)
+	if err != nil {
+		return agent.Result{Type: history.Fail, Error: history.ErrStoreUnavailable, Message: err.Error()}
+	}
+	res.Read = &history.Value{Value: e.Value, Tag: e.Tag}
+	if w := time.Duration(cfg.Work); w > 0 {
+		time.Sleep(w)
+	}
+	res.Write = &history.Value{Value: e.Value + 1, Tag: op.ID}
+	res.WriteMono = agent.MonotonicNow()
+	if _, err := st.Write(ctx, op.Key, res.Write.Value, res.Write.Tag, false, 0); err != nil {
+		res.Type, res.Error, res.Message = history.Info, history.ErrStoreUnavailable, err.Error()
+		return res
+	}
+	res.Type = history.OK
+	return res
 }
