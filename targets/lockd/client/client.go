@@ -39,6 +39,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/splitbrain/splitbrain/targets/lockd/wire"
 )
 
 // Sentinel errors, checked with errors.Is.
@@ -66,21 +68,12 @@ var (
 	ErrReleased = errors.New("lockd: lease released")
 )
 
-// Error codes the server sends.
-const (
-	CodeLockHeld    = "lock_held"
-	CodeLockDelay   = "lock_delay"
-	CodeNotOwner    = "not_owner"
-	CodeNotLeader   = "not_leader"
-	CodeUnavailable = "unavailable"
-	CodeBadRequest  = "bad_request"
-)
-
 // APIError is an error answer from a lockd node.
 type APIError struct {
 	// Status is the HTTP status code.
 	Status int
-	// Code is the error code ("lock_held", ...).
+	// Code is the error code, one of the wire.Code... constants
+	// ([wire.CodeLockHeld], ...).
 	Code    string
 	Message string
 	// Token is the current holder's fencing token (lock_held, not_owner),
@@ -102,15 +95,15 @@ func (e *APIError) Error() string {
 // Is maps error codes to the package's sentinel errors.
 func (e *APIError) Is(target error) bool {
 	switch e.Code {
-	case CodeLockHeld:
+	case wire.CodeLockHeld:
 		return target == ErrLockHeld
-	case CodeLockDelay:
+	case wire.CodeLockDelay:
 		return target == ErrLockDelay || target == ErrLockHeld
-	case CodeNotOwner:
+	case wire.CodeNotOwner:
 		return target == ErrNotOwner
-	case CodeNotLeader, CodeUnavailable:
+	case wire.CodeNotLeader, wire.CodeUnavailable:
 		return target == ErrUnavailable
-	case CodeBadRequest:
+	case wire.CodeBadRequest:
 		return target == ErrBadRequest
 	}
 	return false
@@ -259,47 +252,6 @@ func (c *Client) Stats() Stats {
 	}
 }
 
-// Wire types, as in the server.
-type (
-	acquireRequest struct {
-		Key        string `json:"key"`
-		Owner      string `json:"owner"`
-		TTLMillis  int64  `json:"ttl_ms,omitempty"`
-		WaitMillis int64  `json:"wait_ms,omitempty"`
-	}
-	leaseRequest struct {
-		Key   string `json:"key"`
-		Owner string `json:"owner"`
-		Token uint64 `json:"token"`
-	}
-	leaseResponse struct {
-		Key       string `json:"key"`
-		Owner     string `json:"owner"`
-		Token     uint64 `json:"token"`
-		TTLMillis int64  `json:"ttl_ms"`
-		Renewed   bool   `json:"renewed"`
-	}
-	errorResponse struct {
-		Error           string `json:"error"`
-		Message         string `json:"message"`
-		Token           uint64 `json:"token"`
-		RemainingMillis int64  `json:"remaining_ms"`
-		LeaderID        string `json:"leader_id"`
-		LeaderAddr      string `json:"leader_addr"`
-	}
-	lockResponse struct {
-		Key                  string `json:"key"`
-		Held                 bool   `json:"held"`
-		Owner                string `json:"owner"`
-		Token                uint64 `json:"token"`
-		TTLMillis            int64  `json:"ttl_ms"`
-		RemainingMillis      int64  `json:"remaining_ms"`
-		LockDelay            bool   `json:"lock_delay"`
-		DelayRemainingMillis int64  `json:"delay_remaining_ms"`
-		LastToken            uint64 `json:"last_token"`
-	}
-)
-
 // LockState is a lock's state as the leader sees it.
 type LockState struct {
 	Key   string
@@ -318,26 +270,7 @@ type LockState struct {
 }
 
 // Status is a node's GET /v1/status answer.
-type Status struct {
-	ID             string `json:"id"`
-	Version        string `json:"version"`
-	State          string `json:"state"`
-	LeaderID       string `json:"leader_id"`
-	LeaderRaftAddr string `json:"leader_raft_addr"`
-	LeaderHTTPAddr string `json:"leader_http_addr"`
-	Term           uint64 `json:"term"`
-	LastIndex      uint64 `json:"last_index"`
-	CommitIndex    uint64 `json:"commit_index"`
-	AppliedIndex   uint64 `json:"applied_index"`
-	Ready          bool   `json:"ready"`
-}
-
-func ms(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
+type Status = wire.StatusResponse
 
 // Acquire makes one attempt to take the lock on key for owner with the
 // given TTL (0 = the server's default). It fails with ErrLockHeld at once
@@ -348,8 +281,8 @@ func (c *Client) Acquire(ctx context.Context, key, owner string, ttl time.Durati
 
 func (c *Client) acquire(ctx context.Context, key, owner string, ttl, wait time.Duration) (*Lease, error) {
 	sent := time.Now()
-	var resp leaseResponse
-	req := acquireRequest{Key: key, Owner: owner, TTLMillis: ms(ttl), WaitMillis: ms(wait)}
+	var resp wire.LeaseResponse
+	req := wire.AcquireRequest{Key: key, Owner: owner, TTLMillis: wire.Millis(ttl), WaitMillis: wire.Millis(wait)}
 	if err := c.do(ctx, http.MethodPost, "/v1/acquire", req, &resp, wait); err != nil {
 		return nil, fmt.Errorf("acquire %q: %w", key, err)
 	}
@@ -420,7 +353,7 @@ func (c *Client) Lock(ctx context.Context, key, owner string, ttl time.Duration)
 
 // Get returns key's state, read linearizably from the leader.
 func (c *Client) Get(ctx context.Context, key string) (LockState, error) {
-	var r lockResponse
+	var r wire.LockResponse
 	if err := c.do(ctx, http.MethodGet, "/v1/lock?key="+url.QueryEscape(key), nil, &r, 0); err != nil {
 		return LockState{}, fmt.Errorf("get %q: %w", key, err)
 	}
@@ -500,7 +433,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any, ext
 			continue
 		}
 		switch apiErr.Code {
-		case CodeNotLeader:
+		case wire.CodeNotLeader:
 			if apiErr.LeaderAddr == "" || redirects >= maxRedirects {
 				continue
 			}
@@ -509,7 +442,7 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any, ext
 				c.redirects.Add(1)
 				queue = slices.Insert(queue, 0, leader)
 			}
-		case CodeUnavailable:
+		case wire.CodeUnavailable:
 		default:
 			c.setLeader(ep)
 			return err
@@ -564,11 +497,11 @@ func (c *Client) once(ctx context.Context, base, method, path string, payload []
 		}
 		return nil
 	}
-	var e errorResponse
+	var e wire.ErrorResponse
 	if err := json.Unmarshal(b, &e); err != nil || e.Error == "" {
 		return fmt.Errorf("%s %s%s: HTTP %d: %.200q", method, base, path, resp.StatusCode, b)
 	}
-	if resp.StatusCode >= 500 && e.Error != CodeUnavailable {
+	if resp.StatusCode >= 500 && e.Error != wire.CodeUnavailable {
 		// An internal error: let another node try.
 		return fmt.Errorf("%s %s%s: HTTP %d: %s: %s", method, base, path, resp.StatusCode, e.Error, e.Message)
 	}

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/splitbrain/splitbrain/targets/lockd/wire"
 )
 
 // fakeNode is a scriptable lockd node on a loopback listener.
@@ -78,11 +80,11 @@ func reply(status int, v any) http.HandlerFunc {
 }
 
 func grantReply(token uint64, ttl time.Duration) http.HandlerFunc {
-	return reply(http.StatusOK, leaseResponse{Key: "k", Owner: "a", Token: token, TTLMillis: ttl.Milliseconds()})
+	return reply(http.StatusOK, wire.LeaseResponse{Key: "k", Owner: "a", Token: token, TTLMillis: ttl.Milliseconds()})
 }
 
 func errReply(status int, code string) http.HandlerFunc {
-	return reply(status, errorResponse{Error: code, Message: "scripted " + code, Token: 7, RemainingMillis: 1500})
+	return reply(status, wire.ErrorResponse{Error: code, Message: "scripted " + code, Token: 7, RemainingMillis: 1500})
 }
 
 func newTestClient(tb testing.TB, endpoints []string, opts ...Option) *Client {
@@ -140,12 +142,12 @@ func TestErrorKinds(t *testing.T) {
 		handler http.HandlerFunc // nil: the node is down
 		want    kinds
 	}{
-		{"lock_held", errReply(409, CodeLockHeld), kinds{held: true}},
-		{"lock_delay", errReply(423, CodeLockDelay), kinds{held: true, delay: true}},
-		{"not_owner", errReply(403, CodeNotOwner), kinds{notOwner: true}},
-		{"bad_request", errReply(400, CodeBadRequest), kinds{bad: true}},
-		{"not_leader without a leader", errReply(421, CodeNotLeader), kinds{unavailable: true}},
-		{"unavailable", errReply(503, CodeUnavailable), kinds{unavailable: true}},
+		{"lock_held", errReply(409, wire.CodeLockHeld), kinds{held: true}},
+		{"lock_delay", errReply(423, wire.CodeLockDelay), kinds{held: true, delay: true}},
+		{"not_owner", errReply(403, wire.CodeNotOwner), kinds{notOwner: true}},
+		{"bad_request", errReply(400, wire.CodeBadRequest), kinds{bad: true}},
+		{"not_leader without a leader", errReply(421, wire.CodeNotLeader), kinds{unavailable: true}},
+		{"unavailable", errReply(503, wire.CodeUnavailable), kinds{unavailable: true}},
 		{"internal error", errReply(500, "internal"), kinds{unavailable: true}},
 		{"not JSON", func(w http.ResponseWriter, _ *http.Request) { http.Error(w, "bad gateway", 502) }, kinds{unavailable: true}},
 		{"hangs past the request timeout", func(w http.ResponseWriter, r *http.Request) {
@@ -190,7 +192,7 @@ func TestErrorKinds(t *testing.T) {
 
 func TestRedirectToLeader(t *testing.T) {
 	follower, leader := newFakeNode(t), newFakeNode(t)
-	follower.handle("/v1/acquire", reply(421, errorResponse{Error: CodeNotLeader, Message: "go there", LeaderID: "n2", LeaderAddr: leader.addr()}))
+	follower.handle("/v1/acquire", reply(421, wire.ErrorResponse{Error: wire.CodeNotLeader, Message: "go there", LeaderID: "n2", LeaderAddr: leader.addr()}))
 	leader.handle("/v1/acquire", grantReply(42, time.Second))
 	c := newTestClient(t, []string{follower.srv.URL, leader.srv.URL})
 	for range 2 {
@@ -227,7 +229,7 @@ func TestLockRetriesWhileBusy(t *testing.T) {
 		defer mu.Unlock()
 		if busy > 0 {
 			busy--
-			errReply(409, CodeLockHeld)(w, r)
+			errReply(409, wire.CodeLockHeld)(w, r)
 			return
 		}
 		grantReply(9, time.Second)(w, r)
@@ -249,7 +251,7 @@ func TestLockRetriesWhileBusy(t *testing.T) {
 
 func TestLockReturnsBadRequestAtOnce(t *testing.T) {
 	f := newFakeNode(t)
-	f.handle("/v1/acquire", errReply(400, CodeBadRequest))
+	f.handle("/v1/acquire", errReply(400, wire.CodeBadRequest))
 	c := newTestClient(t, []string{f.srv.URL})
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -268,8 +270,8 @@ func TestLockDeadlineKinds(t *testing.T) {
 		wantKind error
 		notKind  error
 	}{
-		{"busy", errReply(409, CodeLockHeld), ErrLockHeld, ErrUnavailable},
-		{"unavailable", errReply(503, CodeUnavailable), ErrUnavailable, ErrLockHeld},
+		{"busy", errReply(409, wire.CodeLockHeld), ErrLockHeld, ErrUnavailable},
+		{"unavailable", errReply(503, wire.CodeUnavailable), ErrUnavailable, ErrLockHeld},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -333,7 +335,7 @@ func TestKeepAlive(t *testing.T) {
 	}
 
 	// The first refused renewal ends the lease; nothing is renewed after.
-	f.handle("/v1/renew", errReply(403, CodeNotOwner))
+	f.handle("/v1/renew", errReply(403, wire.CodeNotOwner))
 	waitDone(t, l)
 	if err := l.Err(); !errors.Is(err, ErrLeaseLost) || !errors.Is(err, ErrNotOwner) {
 		t.Fatalf("Err = %v, want ErrLeaseLost and ErrNotOwner", err)
@@ -358,8 +360,8 @@ func TestKeepAliveLosesLeaseWhenUnhealthy(t *testing.T) {
 		ttl      time.Duration
 		wantKind error
 	}{
-		{"no quorum", errReply(503, CodeUnavailable), time.Second, ErrUnavailable},
-		{"no known leader", errReply(421, CodeNotLeader), time.Second, ErrUnavailable},
+		{"no quorum", errReply(503, wire.CodeUnavailable), time.Second, ErrUnavailable},
+		{"no known leader", errReply(421, wire.CodeNotLeader), time.Second, ErrUnavailable},
 		{"renewal hangs past the lease", func(w http.ResponseWriter, r *http.Request) {
 			select {
 			case <-r.Context().Done():
@@ -449,7 +451,7 @@ func TestRelease(t *testing.T) {
 func TestReleaseRefused(t *testing.T) {
 	f := newFakeNode(t)
 	_, l := acquireFake(t, f, time.Second)
-	f.handle("/v1/release", errReply(403, CodeNotOwner))
+	f.handle("/v1/release", errReply(403, wire.CodeNotOwner))
 	err := l.Release(context.Background())
 	if !errors.Is(err, ErrNotOwner) || !errors.Is(l.Err(), ErrLeaseLost) {
 		t.Fatalf("release = %v, lease err %v", err, l.Err())
@@ -459,11 +461,11 @@ func TestReleaseRefused(t *testing.T) {
 func TestManualRenew(t *testing.T) {
 	f := newFakeNode(t)
 	_, l := acquireFake(t, f, time.Second)
-	f.handle("/v1/renew", errReply(503, CodeUnavailable))
+	f.handle("/v1/renew", errReply(503, wire.CodeUnavailable))
 	if err := l.Renew(context.Background()); !errors.Is(err, ErrUnavailable) || l.Err() != nil {
 		t.Fatalf("renew while unavailable = %v, lease err %v; want the lease left to the caller", err, l.Err())
 	}
-	f.handle("/v1/renew", errReply(403, CodeNotOwner))
+	f.handle("/v1/renew", errReply(403, wire.CodeNotOwner))
 	if err := l.Renew(context.Background()); !errors.Is(err, ErrNotOwner) || !errors.Is(l.Err(), ErrLeaseLost) {
 		t.Fatalf("refused renew = %v, lease err %v", err, l.Err())
 	}
@@ -474,7 +476,7 @@ func TestManualRenew(t *testing.T) {
 
 func TestGetAndStatus(t *testing.T) {
 	f := newFakeNode(t)
-	f.handle("/v1/lock", reply(200, lockResponse{Key: "k", Held: true, Owner: "a", Token: 3, TTLMillis: 1000, RemainingMillis: 400}))
+	f.handle("/v1/lock", reply(200, wire.LockResponse{Key: "k", Held: true, Owner: "a", Token: 3, TTLMillis: 1000, RemainingMillis: 400}))
 	f.handle("/v1/status", reply(200, Status{ID: "n1", State: "Leader", Term: 2}))
 	c := newTestClient(t, []string{f.srv.URL})
 	st, err := c.Get(context.Background(), "k")

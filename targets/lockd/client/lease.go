@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/splitbrain/splitbrain/targets/lockd/wire"
 )
 
 // Lease is a granted lock: key, owner, fencing token and TTL.
@@ -35,7 +37,7 @@ type Lease struct {
 // Lease satisfies the harness's targets.RenewCounter.
 var _ interface{ RenewFailures() int } = (*Lease)(nil)
 
-func newLease(c *Client, r leaseResponse, sent time.Time) *Lease {
+func newLease(c *Client, r wire.LeaseResponse, sent time.Time) *Lease {
 	ttl := time.Duration(r.TTLMillis) * time.Millisecond
 	return &Lease{
 		c: c, key: r.Key, owner: r.Owner, token: r.Token,
@@ -125,8 +127,8 @@ func (l *Lease) Renew(ctx context.Context) error {
 
 func (l *Lease) renewOnce(ctx context.Context) error {
 	sent := time.Now()
-	var resp leaseResponse
-	if err := l.c.do(ctx, http.MethodPost, "/v1/renew", leaseRequest{Key: l.key, Owner: l.owner, Token: l.token}, &resp, 0); err != nil {
+	var resp wire.LeaseResponse
+	if err := l.c.do(ctx, http.MethodPost, "/v1/renew", wire.LeaseRequest{Key: l.key, Owner: l.owner, Token: l.token}, &resp, 0); err != nil {
 		return fmt.Errorf("renew %q (token %d): %w", l.key, l.token, err)
 	}
 	l.c.renewals.Add(1)
@@ -229,10 +231,8 @@ func (l *Lease) Release(ctx context.Context) error {
 	if released {
 		return nil
 	}
-	var resp struct {
-		Released bool `json:"released"`
-	}
-	if err := l.c.do(ctx, http.MethodPost, "/v1/release", leaseRequest{Key: l.key, Owner: l.owner, Token: l.token}, &resp, 0); err != nil {
+	var resp wire.ReleaseResponse
+	if err := l.c.do(ctx, http.MethodPost, "/v1/release", wire.LeaseRequest{Key: l.key, Owner: l.owner, Token: l.token}, &resp, 0); err != nil {
 		err = fmt.Errorf("release %q (token %d): %w", l.key, l.token, err)
 		l.lose(err)
 		return err

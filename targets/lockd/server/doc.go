@@ -54,7 +54,9 @@
 //
 // # HTTP API
 //
-// Requests and answers are JSON; durations are whole milliseconds.
+// Requests and answers are JSON; durations are whole milliseconds. Their
+// Go types and the error codes are in package
+// [github.com/splitbrain/splitbrain/targets/lockd/wire].
 //
 //	POST /v1/acquire {"key","owner","ttl_ms"?,"wait_ms"?}
 //	     -> 200 {"key","owner","token","ttl_ms","renewed"}

@@ -9,83 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-)
 
-// Error codes of the HTTP API.
-const (
-	codeLockHeld    = "lock_held"
-	codeLockDelay   = "lock_delay"
-	codeNotOwner    = "not_owner"
-	codeNotLeader   = "not_leader"
-	codeUnavailable = "unavailable"
-	codeBadRequest  = "bad_request"
-	codeInternal    = "internal"
-)
-
-// Wire types. Durations are whole milliseconds; remaining times are
-// rounded up.
-type (
-	acquireRequest struct {
-		Key        string `json:"key"`
-		Owner      string `json:"owner"`
-		TTLMillis  int64  `json:"ttl_ms,omitempty"`
-		WaitMillis int64  `json:"wait_ms,omitempty"`
-	}
-	leaseRequest struct {
-		Key   string `json:"key"`
-		Owner string `json:"owner"`
-		Token uint64 `json:"token"`
-	}
-	leaseResponse struct {
-		Key       string `json:"key"`
-		Owner     string `json:"owner"`
-		Token     uint64 `json:"token"`
-		TTLMillis int64  `json:"ttl_ms"`
-		Renewed   bool   `json:"renewed"`
-	}
-	releaseResponse struct {
-		Key      string `json:"key"`
-		Token    uint64 `json:"token"`
-		Released bool   `json:"released"`
-	}
-	lockResponse struct {
-		Key                  string `json:"key"`
-		Held                 bool   `json:"held"`
-		Owner                string `json:"owner,omitempty"`
-		Token                uint64 `json:"token,omitempty"`
-		TTLMillis            int64  `json:"ttl_ms,omitempty"`
-		RemainingMillis      int64  `json:"remaining_ms,omitempty"`
-		LockDelay            bool   `json:"lock_delay"`
-		DelayRemainingMillis int64  `json:"delay_remaining_ms,omitempty"`
-		LastToken            uint64 `json:"last_token,omitempty"`
-	}
-	statusResponse struct {
-		ID             string `json:"id"`
-		Version        string `json:"version"`
-		State          string `json:"state"`
-		LeaderID       string `json:"leader_id,omitempty"`
-		LeaderRaftAddr string `json:"leader_raft_addr,omitempty"`
-		LeaderHTTPAddr string `json:"leader_http_addr,omitempty"`
-		Term           uint64 `json:"term"`
-		LastIndex      uint64 `json:"last_index"`
-		CommitIndex    uint64 `json:"commit_index"`
-		AppliedIndex   uint64 `json:"applied_index"`
-		Ready          bool   `json:"ready"`
-	}
-	healthResponse struct {
-		OK       bool   `json:"ok"`
-		State    string `json:"state"`
-		LeaderID string `json:"leader_id,omitempty"`
-		Reason   string `json:"reason,omitempty"`
-	}
-	errorResponse struct {
-		Error           string `json:"error"`
-		Message         string `json:"message"`
-		Token           uint64 `json:"token,omitempty"`
-		RemainingMillis int64  `json:"remaining_ms,omitempty"`
-		LeaderID        string `json:"leader_id,omitempty"`
-		LeaderAddr      string `json:"leader_addr,omitempty"`
-	}
+	"github.com/splitbrain/splitbrain/targets/lockd/wire"
 )
 
 // maxBody bounds request bodies.
@@ -105,7 +30,7 @@ func (n *node) handler() http.Handler {
 }
 
 func (n *node) handleAcquire(w http.ResponseWriter, r *http.Request) {
-	var req acquireRequest
+	var req wire.AcquireRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -119,11 +44,11 @@ func (n *node) handleAcquire(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, leaseResponse{Key: g.Key, Owner: g.Owner, Token: g.Token, TTLMillis: millis(g.TTL), Renewed: g.Renewed})
+	writeJSON(w, http.StatusOK, wire.LeaseResponse{Key: g.Key, Owner: g.Owner, Token: g.Token, TTLMillis: wire.Millis(g.TTL), Renewed: g.Renewed})
 }
 
 func (n *node) handleRenew(w http.ResponseWriter, r *http.Request) {
-	var req leaseRequest
+	var req wire.LeaseRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -132,11 +57,11 @@ func (n *node) handleRenew(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, leaseResponse{Key: g.Key, Owner: g.Owner, Token: g.Token, TTLMillis: millis(g.TTL), Renewed: true})
+	writeJSON(w, http.StatusOK, wire.LeaseResponse{Key: g.Key, Owner: g.Owner, Token: g.Token, TTLMillis: wire.Millis(g.TTL), Renewed: true})
 }
 
 func (n *node) handleRelease(w http.ResponseWriter, r *http.Request) {
-	var req leaseRequest
+	var req wire.LeaseRequest
 	if !decode(w, r, &req) {
 		return
 	}
@@ -144,7 +69,7 @@ func (n *node) handleRelease(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, releaseResponse{Key: req.Key, Token: req.Token, Released: true})
+	writeJSON(w, http.StatusOK, wire.ReleaseResponse{Key: req.Key, Token: req.Token, Released: true})
 }
 
 func (n *node) handleLock(w http.ResponseWriter, r *http.Request) {
@@ -153,17 +78,17 @@ func (n *node) handleLock(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, lockResponse{
+	writeJSON(w, http.StatusOK, wire.LockResponse{
 		Key: v.Key, Held: v.Held, Owner: v.Owner, Token: v.Token,
-		TTLMillis: millis(v.TTL), RemainingMillis: millis(v.Remaining),
-		LockDelay: v.Delayed, DelayRemainingMillis: millis(v.DelayRemaining),
+		TTLMillis: wire.Millis(v.TTL), RemainingMillis: wire.Millis(v.Remaining),
+		LockDelay: v.Delayed, DelayRemainingMillis: wire.Millis(v.DelayRemaining),
 		LastToken: v.LastToken,
 	})
 }
 
-func (n *node) status() statusResponse {
+func (n *node) status() wire.StatusResponse {
 	addr, id := n.raft.LeaderWithID()
-	return statusResponse{
+	return wire.StatusResponse{
 		ID:             n.cfg.ID,
 		Version:        Version,
 		State:          n.raft.State().String(),
@@ -189,7 +114,7 @@ func (n *node) handleHealth(w http.ResponseWriter, _ *http.Request) {
 	if !ok {
 		code = http.StatusServiceUnavailable
 	}
-	writeJSON(w, code, healthResponse{OK: ok, State: n.raft.State().String(), LeaderID: string(id), Reason: reason})
+	writeJSON(w, code, wire.HealthResponse{OK: ok, State: n.raft.State().String(), LeaderID: string(id), Reason: reason})
 }
 
 func (n *node) handleMetrics(w http.ResponseWriter, _ *http.Request) {
@@ -221,26 +146,26 @@ func decode(w http.ResponseWriter, r *http.Request, v any) bool {
 
 // writeError answers with err's code, HTTP status and details.
 func writeError(w http.ResponseWriter, err error) {
-	resp := errorResponse{Error: codeInternal, Message: err.Error()}
+	resp := wire.ErrorResponse{Error: wire.CodeInternal, Message: err.Error()}
 	status := http.StatusInternalServerError
 	var oe *opError
 	if errors.As(err, &oe) {
 		switch oe.kind {
 		case errLockHeld:
-			resp.Error, status = codeLockHeld, http.StatusConflict
+			resp.Error, status = wire.CodeLockHeld, http.StatusConflict
 		case errLockDelay:
-			resp.Error, status = codeLockDelay, http.StatusLocked
+			resp.Error, status = wire.CodeLockDelay, http.StatusLocked
 		case errNotOwner:
-			resp.Error, status = codeNotOwner, http.StatusForbidden
+			resp.Error, status = wire.CodeNotOwner, http.StatusForbidden
 		case errNotLeader:
-			resp.Error, status = codeNotLeader, http.StatusMisdirectedRequest
+			resp.Error, status = wire.CodeNotLeader, http.StatusMisdirectedRequest
 		case errUnavailable:
-			resp.Error, status = codeUnavailable, http.StatusServiceUnavailable
+			resp.Error, status = wire.CodeUnavailable, http.StatusServiceUnavailable
 		case errBadRequest:
-			resp.Error, status = codeBadRequest, http.StatusBadRequest
+			resp.Error, status = wire.CodeBadRequest, http.StatusBadRequest
 		}
 		resp.Token = oe.token
-		resp.RemainingMillis = millis(oe.remaining)
+		resp.RemainingMillis = wire.Millis(oe.remaining)
 		resp.LeaderID, resp.LeaderAddr = oe.leaderID, oe.leaderAddr
 	}
 	writeJSON(w, status, resp)
@@ -249,18 +174,10 @@ func writeError(w http.ResponseWriter, err error) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)
 	if err != nil {
-		b = fmt.Appendf(nil, `{"error":%q,"message":%q}`, codeInternal, err.Error())
+		b = fmt.Appendf(nil, `{"error":%q,"message":%q}`, wire.CodeInternal, err.Error())
 		status = http.StatusInternalServerError
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write(append(b, '\n'))
-}
-
-// millis is d in whole milliseconds, rounded up.
-func millis(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
