@@ -16,6 +16,7 @@ import (
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/harness/report"
 	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/harness/runtime/docker"
 	"github.com/splitbrain/splitbrain/targets/catalog"
 	"github.com/splitbrain/splitbrain/workloads"
 	"github.com/splitbrain/splitbrain/workloads/history"
@@ -175,7 +176,7 @@ func detectOne(ctx context.Context, env *dockerEnv, target, schedName, weights s
 	cfg.TimeLimit, cfg.PauseTargets, cfg.Seed = limit, weights, seed
 	cfg.ResultsDir = filepath.Join(resDir, target+"-"+schedName+"-"+strconv.FormatUint(seed, 10))
 	start := time.Now()
-	out, err := harness.Run(ctx, cfg, env.harnessDeps(slog.New(slog.DiscardHandler)))
+	out, err := harness.Run(ctx, cfg, env.harnessDeps(slog.New(slog.DiscardHandler), docker.ControlAuto))
 	r.DurationS = time.Since(start).Seconds()
 	if err != nil {
 		r.Err = err.Error()

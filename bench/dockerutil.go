@@ -75,7 +75,7 @@ func closeRuntime(rt runtime.Runtime) {
 
 // harnessDeps wires harness.Run to the engine as the CLI's dockerDeps does
 // (cmd/splitbrain/run.go), with the images already built.
-func (d *dockerEnv) harnessDeps(log *slog.Logger) harness.Deps {
+func (d *dockerEnv) harnessDeps(log *slog.Logger, control string) harness.Deps {
 	return harness.Deps{
 		Targets: catalog.Targets(),
 		Images: func(ctx context.Context, roles []string) (map[string]string, error) {
@@ -90,7 +90,7 @@ func (d *dockerEnv) harnessDeps(log *slog.Logger) harness.Deps {
 			return out, nil
 		},
 		NewRuntime: func(ctx context.Context, runID string, keep bool, log *slog.Logger) (runtime.Runtime, error) {
-			return docker.New(ctx, d.cli, docker.Options{RunID: runID, Keep: keep, Log: log})
+			return docker.New(ctx, d.cli, docker.Options{RunID: runID, Keep: keep, Log: log, Control: control})
 		},
 		Log: log,
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/harness/runtime"
 	"github.com/splitbrain/splitbrain/nemesis"
+	"github.com/splitbrain/splitbrain/nemesis/clock"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/etcd"
 	"github.com/splitbrain/splitbrain/targets/redis"
@@ -166,6 +167,11 @@ func faultsRedis(ctx context.Context, env *dockerEnv, n int, rng *rand.Rand) ([]
 		out = append(out, measurePartition(ctx, env, nenv, rng))
 		logf("redis partition %d/%d: %+v", i+1, n, out[len(out)-1])
 	}
+	shim := &clock.Shim{Now: redis.ServerTime}
+	for i := range n {
+		out = append(out, measureClock(ctx, clock.NewProcess(cl.Nodes()[0], shim, 0), "clock bump redis node (shim)", rng))
+		logf("redis clock %d/%d: %+v", i+1, n, out[len(out)-1])
+	}
 	addr := net.JoinHostPort(cl.Nodes()[0].Addr().String(), strconv.Itoa(redis.Port))
 	for i := range n {
 		out = append(out, measureKill(ctx, env, nenv, "kill+restart redis node", rng, func(context.Context, runtime.Node) bool { return redisPing(addr) }))
@@ -181,7 +187,8 @@ func faultsEtcd(ctx context.Context, env *dockerEnv, n int, rng *rand.Rand) ([]f
 		return nil, err
 	}
 	defer closeRuntime(rt)
-	cl, err := etcd.Target{}.Start(ctx, rt, targets.Options{Images: env.images, TTL: 2 * time.Second})
+	// SYS_PTRACE: as in a run with the clock nemesis.
+	cl, err := etcd.Target{}.Start(ctx, rt, targets.Options{Images: env.images, TTL: 2 * time.Second, ExtraCaps: []string{runtime.CapSysPtrace}})
 	if err != nil {
 		return nil, err
 	}
@@ -191,6 +198,11 @@ func faultsEtcd(ctx context.Context, env *dockerEnv, n int, rng *rand.Rand) ([]f
 	for i := range n {
 		out = append(out, measurePause(ctx, env, nenv, "pause etcd member", nemesis.GroupNode, rng))
 		logf("etcd pause %d/%d", i+1, n)
+	}
+	for i := range n {
+		member := cl.Nodes()[rng.IntN(len(cl.Nodes()))]
+		out = append(out, measureClock(ctx, clock.NewProcess(member, nil, 0), "clock bump etcd member (vDSO)", rng))
+		logf("etcd clock %d/%d: %+v", i+1, n, out[len(out)-1])
 	}
 	for i := range n {
 		out = append(out, measureKill(ctx, env, nenv, "kill+restart etcd member", rng, etcdServes))
@@ -317,6 +329,37 @@ func measurePause(ctx context.Context, env *dockerEnv, nenv *nemesis.Env, kind, 
 	if s.InForceMS < 0 {
 		s.Err = "never seen stopped"
 	}
+	return s
+}
+
+// measureClock bumps p's clocks (realtime and monotonic) by ±1..3 s as the
+// clock nemesis does: Set (the control file written, or the vDSO patched
+// by ptrace) and Verify (the process's own clock read back, through an exec
+// in the node), then Reset, which verifies too. In force is when Verify
+// returned: an upper bound, the exec that reads the clock included.
+func measureClock(ctx context.Context, p *clock.Process, kind string, rng *rand.Rand) faultSample {
+	s := faultSample{Kind: kind, Target: p.Node().Name()}
+	d := time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))
+	if rng.IntN(2) == 0 {
+		d = -d
+	}
+	o := clock.Offsets{Realtime: d, Monotonic: d}
+	t0 := time.Now()
+	if err := p.Set(ctx, o); err != nil {
+		s.Err = err.Error()
+		return s
+	}
+	s.InjectMS = ms(time.Since(t0))
+	if _, err := p.Verify(ctx, o); err != nil {
+		s.Err = err.Error()
+	}
+	s.InForceMS = ms(time.Since(t0))
+	t1 := time.Now()
+	if err := p.Reset(ctx); err != nil && s.Err == "" {
+		s.Err = err.Error()
+	}
+	s.HealMS = ms(time.Since(t1))
+	s.RecoverMS = s.HealMS // Reset verifies the process's view of time
 	return s
 }
 
@@ -599,6 +642,8 @@ func summarizeFaults(samples []faultSample, kind string) faultSummary {
 		} else {
 			s.RecoverIs = "restarted Redis answers PING"
 		}
+	case strings.HasPrefix(kind, "clock"):
+		s.InForceIs, s.RecoverIs = "the process's own clock read back skewed (upper bound)", "reset verified the same way"
 	default:
 		s.InForceIs, s.RecoverIs = "first UDP probe lost", "probes flow again"
 	}

@@ -25,6 +25,7 @@ import (
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads"
 	"github.com/splitbrain/splitbrain/workloads/agent"
+	"github.com/splitbrain/splitbrain/workloads/history"
 )
 
 // loopResult is what `splitbrain bench-loop` prints (cmd/splitbrain/benchloop.go).
@@ -70,6 +71,7 @@ type recordSample struct {
 type recordData struct {
 	Concurrency int            `json:"concurrency"`
 	Keys        int            `json:"keys"`
+	WorkMS      float64        `json:"work_ms"`
 	Duration    float64        `json:"duration_s"`
 	Rounds      int            `json:"rounds"`
 	Samples     []recordSample `json:"samples"`
@@ -79,12 +81,26 @@ type recordData struct {
 	Medians     map[string]float64 `json:"median_ok_per_s"`
 }
 
+// Variants: the harness with each console channel, and loops in the
+// client containers without the harness (bench-loop).
 const (
+	// variantHarness is harness.Run as `splitbrain run` does it on a
+	// local engine: consoles on Unix sockets.
 	variantHarness = "harness"
-	variantBare    = "bare"
-	variantAgent   = "agent"
-	variantRecord  = "agent-record"
+	// variantAttach is harness.Run with consoles on the containers'
+	// attached stdio (--control attach), through dockerd.
+	variantAttach = "harness-attach"
+	// variantBare is the plain go-redis loop: the ratio's denominator.
+	variantBare = "bare"
+	// variantAgent runs the real agent and the harness's client in the
+	// client container over in-process pipes; variantRecord also writes
+	// history.jsonl there.
+	variantAgent  = "agent"
+	variantRecord = "agent-record"
 )
+
+// recordWork is the critical section's work in every variant (--work).
+var recordWork time.Duration
 
 func runRecord(args []string) error {
 	var c common
@@ -93,7 +109,8 @@ func runRecord(args []string) error {
 	dur := fs.Duration("d", 10*time.Second, "seconds each variant loops")
 	rounds := fs.Int("rounds", 5, "interleaved rounds (harness, bare, agent, agent-record, harness, ...)")
 	keys := fs.Int("keys", 3, "counters (the harness's default)")
-	variants := fs.String("variants", "bare,agent,agent-record,harness-attach,harness-fifo,harness-lean,harness-fifo-lean", "variants besides the harness: bare (the ratio's denominator); agent, agent-record, harness-fifo (diagnosis, see docs/performance.md)")
+	fs.DurationVar(&recordWork, "work", 0, "a holder's work between its read and its write, in every variant (0: the stress case, where the channel's cost shows most; the harness's default is 100ms)")
+	variants := fs.String("variants", "bare,agent,agent-record,harness-attach", "variants besides the harness: bare (the ratio's denominator); agent, agent-record, harness-attach (diagnosis, see docs/performance.md)")
 	results := fs.String("results", "", "harness results directory (default: a temporary directory, removed)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this process (the harness runs in it) to this file")
 	if err := fs.Parse(args); err != nil {
@@ -129,17 +146,16 @@ func runRecord(args []string) error {
 	if !slices.Contains(loopVariants, variantBare) {
 		return errors.New("--variants must include bare (the ratio's denominator)")
 	}
-	data := recordData{Concurrency: *conc, Keys: *keys, Duration: dur.Seconds(), Rounds: *rounds, Medians: map[string]float64{}}
+	data := recordData{Concurrency: *conc, Keys: *keys, WorkMS: ms(recordWork), Duration: dur.Seconds(), Rounds: *rounds, Medians: map[string]float64{}}
 	for r := 1; r <= *rounds; r++ {
-		logf("round %d/%d: harness.Run (redis, unfenced-counter, nemesis none, work 0, %d clients, %v)", r, *rounds, *conc, *dur)
-		h := recordHarness(ctx, env, r, *conc, *keys, *dur, resDir)
-		if h.OKPerSec > 0 {
-			h.CycleMS = float64(*conc) / h.OKPerSec * 1000
-			h.GapMS = h.CycleMS - h.WaitMS - h.HoldMS
-		}
+		logf("round %d/%d: harness.Run (redis, unfenced-counter, nemesis none, work %v, %d clients, %v)", r, *rounds, recordWork, *conc, *dur)
+		h := recordHarness(ctx, env, variantHarness, docker.ControlSocket, r, *conc, *keys, *dur, resDir)
 		logf("  harness: %.0f ok/s %s", h.OKPerSec, h.Err)
 		data.Samples = append(data.Samples, h)
-		loops := recordLoops(ctx, env, r, *conc, *keys, *dur, loopVariants)
+		loops := recordLoops(ctx, env, r, *conc, *keys, *dur, slices.DeleteFunc(slices.Clone(loopVariants), func(v string) bool { return v == variantAttach }))
+		if slices.Contains(loopVariants, variantAttach) {
+			loops = append(loops, recordHarness(ctx, env, variantAttach, docker.ControlAttach, r, *conc, *keys, *dur, resDir))
+		}
 		for _, s := range loops {
 			logf("  %s: %.0f ok/s %s", s.Variant, s.OKPerSec, s.Err)
 		}
@@ -161,7 +177,7 @@ func runRecord(args []string) error {
 		data.Medians[v] = median(xs)
 	}
 	printRecord(&data, append([]string{variantHarness}, loopVariants...))
-	t := Target{Name: fmt.Sprintf("recording overhead (harness / bare loop, %d clients, %v, median of %d rounds)", *conc, *dur, len(data.Ratios)), Want: ">= 90%"}
+	t := Target{Name: fmt.Sprintf("recording overhead (harness / bare loop, %d clients, %d keys, work %v, %v, median of %d rounds)", *conc, *keys, recordWork, *dur, len(data.Ratios)), Want: ">= 90%"}
 	if len(data.Ratios) > 0 {
 		t.Measured, t.Value, t.Met = true, data.MedianRatio, data.MedianRatio >= 0.9
 		t.Got = fmt.Sprintf("%.0f%% (rounds: %s)", 100*data.MedianRatio, pcts(data.Ratios))
@@ -242,15 +258,15 @@ func (h phaseHook) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h phaseHook) WithGroup(string) slog.Handler { return h }
 
-// recordHarness is variant (a): a real harness.Run.
-func recordHarness(ctx context.Context, env *dockerEnv, round, conc, keys int, d time.Duration, resDir string) recordSample {
-	s := recordSample{Round: round, Variant: variantHarness}
+// recordHarness is a real harness.Run with the given console channel.
+func recordHarness(ctx context.Context, env *dockerEnv, variant, control string, round, conc, keys int, d time.Duration, resDir string) recordSample {
+	s := recordSample{Round: round, Variant: variant}
 	cfg := harness.DefaultConfig()
 	cfg.Target, cfg.Workload, cfg.Nemesis = "redis", workloads.UnfencedCounter, "none"
-	cfg.Work, cfg.Concurrency, cfg.Keys, cfg.TimeLimit = 0, conc, keys, d
+	cfg.Work, cfg.Concurrency, cfg.Keys, cfg.TimeLimit = recordWork, conc, keys, d
 	cfg.ResultsDir, cfg.Seed = filepath.Join(resDir, "runs"), uint64(round)
 	st := &hookState{}
-	deps := env.harnessDeps(slog.New(phaseHook{env: env, st: st}))
+	deps := env.harnessDeps(slog.New(phaseHook{env: env, st: st}), control)
 	out, err := harness.Run(ctx, cfg, deps)
 	if err != nil {
 		s.Err = err.Error()
@@ -262,7 +278,17 @@ func recordHarness(ctx context.Context, env *dockerEnv, round, conc, keys int, d
 	if st.started && st.ended {
 		s.CPU = use(st.start, st.end, s.OK, "harness")
 	}
+	s.cycle(conc)
 	return s
+}
+
+// cycle derives the time one client takes per ok critical section and
+// what of it is neither acquiring nor holding.
+func (s *recordSample) cycle(conc int) {
+	if s.OKPerSec > 0 {
+		s.CycleMS = float64(conc) / s.OKPerSec * 1000
+		s.GapMS = s.CycleMS - s.WaitMS - s.HoldMS
+	}
 }
 
 // recordLoops is variant (b) and the diagnostic ones: the same topology
@@ -276,7 +302,7 @@ func recordLoops(ctx context.Context, env *dockerEnv, round, conc, keys int, d t
 		}
 		return out
 	}
-	rt, runID, err := env.newRuntime(ctx, "bench")
+	rt, _, err := env.newRuntime(ctx, "bench")
 	if err != nil {
 		return fail(err)
 	}
@@ -295,22 +321,14 @@ func recordLoops(ctx context.Context, env *dockerEnv, round, conc, keys int, d t
 		StoreTimeout:   targets.Duration(def.StoreTimeout),
 		AcquireTimeout: targets.Duration(def.AcquireTimeout),
 		ReleaseTimeout: targets.Duration(def.StoreTimeout),
-		Work:           0,
+		Work:           targets.Duration(recordWork),
 	}
 	fixed := map[string]string{containerID(storeNode): "store", containerID(cl.Nodes()[0]): "redis"}
 	var out []recordSample
 	for vi, v := range variants {
-		if v == variantAttach || v == variantFIFO || v == variantLean || v == variantFIFOLean {
-			out = append(out, recordHostDriven(ctx, env, rt, runID, v, round, vi, conc, keys, d, base, fixed))
-			continue
-		}
-		out = append(out, recordLoop(ctx, env, rt, round, vi, v, conc, keys, d, base, fixed))
-	}
-	for i := range out {
-		if out[i].OKPerSec > 0 {
-			out[i].CycleMS = float64(conc) / out[i].OKPerSec * 1000
-			out[i].GapMS = out[i].CycleMS - out[i].WaitMS - out[i].HoldMS
-		}
+		s := recordLoop(ctx, env, rt, round, vi, v, conc, keys, d, base, fixed)
+		s.cycle(conc)
+		out = append(out, s)
 	}
 	return out
 }
@@ -509,4 +527,44 @@ func printRecord(d *recordData, variants []string) {
 		fmt.Printf("%s / bare: %.0f%%\n", v, 100*d.Medians[v]/d.Medians[variantBare])
 	}
 	fmt.Printf("harness / bare, median of per-round ratios: %.0f%% (%s)\n", 100*d.MedianRatio, pcts(d.Ratios))
+}
+
+// countHistory fills the counts of s from a history file: ok critical
+// sections per second from the first invocation to the last completion,
+// and the mean wait and hold of the ok ones.
+func countHistory(s *recordSample, path string) {
+	evs, _, err := history.ReadFile(path)
+	if err != nil {
+		s.Err = err.Error()
+		return
+	}
+	first, last := int64(-1), int64(0)
+	var wait, hold int64
+	for _, e := range evs {
+		if e.F != history.FCriticalSection {
+			continue
+		}
+		switch {
+		case e.Type == history.Invoke:
+			if first < 0 {
+				first = e.Time
+			}
+		case e.IsCompletion():
+			s.Ops++
+			if e.Type == history.OK {
+				s.OK++
+				wait += e.Wait
+				hold += e.Hold
+			}
+			last = max(last, e.Time)
+		}
+	}
+	if last > first && first >= 0 {
+		s.Seconds = time.Duration(last - first).Seconds()
+		s.OKPerSec = float64(s.OK) / s.Seconds
+	}
+	if s.OK > 0 {
+		s.WaitMS = ms(time.Duration(wait / int64(s.OK)))
+		s.HoldMS = ms(time.Duration(hold / int64(s.OK)))
+	}
 }

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"io"
 	"os"
 
 	"github.com/spf13/cobra"
 
+	"github.com/splitbrain/splitbrain/harness/runtime"
 	"github.com/splitbrain/splitbrain/targets/catalog"
 	"github.com/splitbrain/splitbrain/workloads/agent"
 )
@@ -12,7 +14,7 @@ import (
 func newAgentCmd(g *globalFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:    "agent",
-		Short:  "Client agent: speaks the harness protocol on stdin/stdout (runs inside client nodes)",
+		Short:  "Client agent: speaks the harness protocol on its console, stdio or the runtime's socket (runs inside client nodes)",
 		Hidden: true,
 		Args:   exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -20,7 +22,10 @@ func newAgentCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return agent.Serve(cmd.Context(), os.Stdin, os.Stdout, agent.Deps{Lockers: catalog.Lockers(), Log: log.With("component", "agent")})
+			deps := agent.Deps{Lockers: catalog.Lockers(), Log: log.With("component", "agent")}
+			return runtime.ServeConsole(cmd.Context(), func(in io.Reader, out io.Writer) error {
+				return agent.Serve(cmd.Context(), in, out, deps)
+			})
 		},
 	}
 }

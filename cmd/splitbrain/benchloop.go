@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math/rand/v2"
 	"os"
 	"syscall"
@@ -33,12 +31,6 @@ const (
 	benchAgent = "agent"
 	// benchAgentRecord is benchAgent recording history.jsonl to a file.
 	benchAgentRecord = "agent-record"
-	// benchLeanAgent serves the agent protocol on stdin and stdout like
-	// `splitbrain agent`, but sends only the acquired event and the done
-	// response of each operation (no read and write events): what the
-	// harness would cost with the leaner protocol docs/performance.md
-	// proposes.
-	benchLeanAgent = "lean-agent"
 )
 
 // benchLoopResult is what bench-loop prints, one JSON line.
@@ -85,7 +77,7 @@ func newBenchLoopCmd(_ *globalFlags) *cobra.Command {
 		Args:   exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var cfg agent.Config
-			if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil && mode != benchLeanAgent {
+			if err := json.Unmarshal([]byte(cfgJSON), &cfg); err != nil {
 				return &usageError{fmt.Errorf("--config: %w", err)}
 			}
 			if keys < 1 || duration <= 0 {
@@ -95,9 +87,6 @@ func newBenchLoopCmd(_ *globalFlags) *cobra.Command {
 				cfg.Client, _ = os.Hostname()
 			}
 			ctx := cmd.Context()
-			if mode == benchLeanAgent {
-				return leanAgent(ctx, os.Stdin, os.Stdout)
-			}
 			if startAt > 0 {
 				if d := time.Until(time.Unix(0, startAt)); d > 0 {
 					time.Sleep(d)
@@ -130,7 +119,7 @@ func newBenchLoopCmd(_ *globalFlags) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&cfgJSON, "config", "", "the agent configuration (JSON, as the harness sends it)")
-	f.StringVar(&mode, "mode", benchBare, "bare (the calls only), agent (the agent protocol over in-process pipes), agent-record (and history.jsonl written), lean-agent (serve a leaner protocol on stdio)")
+	f.StringVar(&mode, "mode", benchBare, "bare (the calls only), agent (the agent protocol over in-process pipes), agent-record (and history.jsonl written)")
 	f.IntVar(&keys, "keys", 3, "number of counters")
 	f.DurationVar(&duration, "duration", 10*time.Second, "how long to loop")
 	f.Int64Var(&startAt, "start-at", 0, "wall-clock time (Unix ns) to start at, so that all clients loop together")
@@ -283,105 +272,4 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// leanAgent is the agent protocol with one event per operation. Requests
-// and responses are the agent package's types, so the harness's client
-// drives it unchanged (it waits for done and ignores missing events).
-func leanAgent(ctx context.Context, in io.Reader, out io.Writer) error {
-	w := bufio.NewWriterSize(out, 4096)
-	send := func(r agent.Response) {
-		b, _ := json.Marshal(r)
-		w.Write(append(b, '\n'))
-		w.Flush()
-	}
-	var (
-		cfg    agent.Config
-		locker targets.Locker
-		st     *store.Client
-	)
-	defer func() {
-		if locker != nil {
-			locker.Close()
-		}
-	}()
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		var req agent.Request
-		if err := json.Unmarshal(sc.Bytes(), &req); err != nil {
-			send(agent.Response{Type: agent.RespError, Error: err.Error()})
-			continue
-		}
-		switch req.Type {
-		case agent.ReqPing:
-			send(agent.Response{Type: agent.RespPong, Seq: req.Seq, Mono: agent.MonotonicNow()})
-		case agent.ReqConfig:
-			f, ok := catalog.Lockers()[req.Config.Recipe.Kind]
-			if !ok {
-				send(agent.Response{Type: agent.RespError, Error: "unknown recipe"})
-				continue
-			}
-			l, err := f(ctx, req.Config.Recipe, req.Config.Client, nil)
-			if err != nil {
-				send(agent.Response{Type: agent.RespError, Error: err.Error()})
-				continue
-			}
-			cfg, locker = *req.Config, l
-			st = store.NewClient(cfg.Store, time.Duration(cfg.StoreTimeout))
-			send(agent.Response{Type: agent.RespReady})
-		case agent.ReqOp:
-			res := leanCriticalSection(ctx, cfg, locker, st, *req.Op, func(r agent.Response) { send(r) })
-			send(agent.Response{Type: agent.RespDone, ID: req.Op.ID, Result: &res})
-		case agent.ReqStop:
-			return nil
-		}
-	}
-	return sc.Err()
-}
-
-// leanCriticalSection is the agent's unfenced critical section, reporting
-// only the grant as it happens.
-func leanCriticalSection(ctx context.Context, cfg agent.Config, l targets.Locker, st *store.Client, op agent.OpRequest, event func(agent.Response)) (res agent.Result) {
-	start := agent.MonotonicNow()
-	actx, cancel := context.WithTimeout(ctx, time.Duration(cfg.AcquireTimeout))
-	lease, err := l.Acquire(actx, op.Key)
-	cancel()
-	if err != nil {
-		kind := history.ErrLockUnavailable
-		if errors.Is(err, targets.ErrBusy) {
-			kind = history.ErrBusy
-		}
-		return agent.Result{Type: history.Fail, Error: kind, Message: err.Error(), Wait: agent.MonotonicNow() - start}
-	}
-	res.AcquiredMono = agent.MonotonicNow()
-	res.Wait, res.Token = res.AcquiredMono-start, lease.Token()
-	event(agent.Response{Type: agent.RespEvent, ID: op.ID, Ev: agent.EvAcquired, Mono: res.AcquiredMono, Token: res.Token})
-	acquired, wait, token := res.AcquiredMono, res.Wait, res.Token
-	defer func() {
-		res.AcquiredMono, res.Wait, res.Token = acquired, wait, token
-		res.ReleasedMono = agent.MonotonicNow()
-		res.Hold = res.ReleasedMono - res.AcquiredMono
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(cfg.ReleaseTimeout))
-		defer cancel()
-		if err := lease.Release(rctx); err != nil {
-			res.ReleaseError = history.ErrLockUnavailable
-		}
-	}()
-	e, err := st.Read(ctx, op.Key, false, 0)
-	if err != nil {
-		return agent.Result{Type: history.Fail, Error: history.ErrStoreUnavailable, Message: err.Error()}
-	}
-	res.Read = &history.Value{Value: e.Value, Tag: e.Tag}
-	if w := time.Duration(cfg.Work); w > 0 {
-		time.Sleep(w)
-	}
-	res.Write = &history.Value{Value: e.Value + 1, Tag: op.ID}
-	res.WriteMono = agent.MonotonicNow()
-	if _, err := st.Write(ctx, op.Key, res.Write.Value, res.Write.Tag, false, 0); err != nil {
-		res.Type, res.Error, res.Message = history.Info, history.ErrStoreUnavailable, err.Error()
-		return res
-	}
-	res.Type = history.OK
-	return res
 }

@@ -79,7 +79,7 @@ func runMatrix(cmd *cobra.Command, g *globalFlags, set *scenario.Set, mf *matrix
 	}
 	soft, hard, stop := interrupts(cmd.Context(), log)
 	defer stop()
-	deps, closeDeps, err := dockerDeps(hard, log, io.Discard)
+	deps, closeDeps, err := g.dockerDeps(hard, log, io.Discard)
 	if err != nil {
 		return nil, err
 	}

@@ -93,6 +93,8 @@ func isUsageError(err error) bool {
 
 type globalFlags struct {
 	logLevel string
+	// control is the console channel of client containers (docker.Options.Control).
+	control string
 }
 
 func (g *globalFlags) logger(w io.Writer) (*slog.Logger, error) {
@@ -115,6 +117,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	root.PersistentFlags().StringVar(&g.control, "control", "auto", "how the harness talks to client containers: socket (a Unix socket bind-mounted from the host, the engine out of the path), attach (the containers' stdio through the engine), auto (socket with a local engine, attach inside a container)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
 	root.AddCommand(
 		newRunCmd(g),

@@ -40,7 +40,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 			if cfg.RecipeOptions, err = parseKV(recipeOpts); err != nil {
 				return &usageError{err}
 			}
-			return runTest(cmd.Context(), cfg, &sf, log, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			return runTest(cmd.Context(), cfg, &sf, g, log, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
@@ -119,7 +119,12 @@ func interrupts(parent context.Context, log *slog.Logger) (soft, hard context.Co
 }
 
 // dockerDeps wires the harness to the Docker engine.
-func dockerDeps(ctx context.Context, log *slog.Logger, progress io.Writer) (harness.Deps, func(), error) {
+func (g *globalFlags) dockerDeps(ctx context.Context, log *slog.Logger, progress io.Writer) (harness.Deps, func(), error) {
+	switch g.control {
+	case docker.ControlAuto, docker.ControlSocket, docker.ControlAttach:
+	default:
+		return harness.Deps{}, nil, &usageError{fmt.Errorf("--control %q: want auto, socket or attach", g.control)}
+	}
 	cli, err := docker.Connect(ctx)
 	if err != nil {
 		return harness.Deps{}, nil, err
@@ -130,14 +135,14 @@ func dockerDeps(ctx context.Context, log *slog.Logger, progress io.Writer) (harn
 		Targets: catalog.Targets(),
 		Images:  b.Ensure,
 		NewRuntime: func(ctx context.Context, runID string, keep bool, log *slog.Logger) (runtime.Runtime, error) {
-			return docker.New(ctx, cli, docker.Options{RunID: runID, Keep: keep, Log: log})
+			return docker.New(ctx, cli, docker.Options{RunID: runID, Keep: keep, Log: log, Control: g.control})
 		},
 		Log: log,
 	}
 	return deps, func() { cli.Close() }, nil
 }
 
-func runTest(ctx context.Context, cfg harness.Config, sf *sshFlags, log *slog.Logger, stdout, stderr io.Writer) error {
+func runTest(ctx context.Context, cfg harness.Config, sf *sshFlags, g *globalFlags, log *slog.Logger, stdout, stderr io.Writer) error {
 	if err := cfg.Validate(catalog.Targets()); err != nil {
 		return err
 	}
@@ -151,7 +156,7 @@ func runTest(ctx context.Context, cfg harness.Config, sf *sshFlags, log *slog.Lo
 	if sf.enabled() {
 		deps, closeDeps, err = sf.deps(cfg, log, stderr)
 	} else {
-		deps, closeDeps, err = dockerDeps(hard, log, stderr)
+		deps, closeDeps, err = g.dockerDeps(hard, log, stderr)
 	}
 	if err != nil {
 		return err

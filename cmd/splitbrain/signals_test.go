@@ -62,6 +62,8 @@ func startRun(t *testing.T, bin string) (*exec.Cmd, string, *strings.Builder) {
 	}
 }
 
+// runLabels returns the run's ID and how much of it is left: containers,
+// and console directories on the host.
 func runLabels(t *testing.T, cli *client.Client, dir string) (runID string, left int) {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "latest", "harness.log"))
@@ -83,7 +85,9 @@ func runLabels(t *testing.T, cli *client.Client, dir string) (runID string, left
 	if err != nil {
 		t.Fatal(err)
 	}
-	return runID, len(cs)
+	// The clients' console sockets' directory goes with the containers.
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), "splitbrain-console-"+runID+"-*"))
+	return runID, len(cs) + len(dirs)
 }
 
 func waitExit(t *testing.T, cmd *exec.Cmd, within time.Duration) int {

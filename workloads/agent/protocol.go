@@ -5,9 +5,11 @@
 //
 // The protocol is JSON lines. The harness sends a [Request]: first a config,
 // then pings (to relate the agent's monotonic clock to the harness's), then
-// operations one at a time. For each operation the agent streams progress
-// events (acquired, read, write) and then one done [Response] with the
-// [Result]. Event times are the agent's CLOCK_MONOTONIC, read with a real
+// operations one at a time. For each operation the agent streams the
+// progress events the harness acts on while the operation runs (acquired:
+// the client now holds a lock, a fault may target it; write: it is past the
+// point where a fault would make a late write) and then one done [Response]
+// with the [Result], which carries every step's time. Event times are the agent's CLOCK_MONOTONIC, read with a real
 // system call so that a skewed vDSO clock does not move them.
 package agent
 
@@ -36,7 +38,6 @@ const (
 // Progress events within an operation.
 const (
 	EvAcquired = "acquired"
-	EvRead     = "read"
 	EvWrite    = "write"
 )
 

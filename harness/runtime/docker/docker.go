@@ -5,8 +5,12 @@
 // container and the network carry the run's labels, so [Clean] can find
 // what a crashed run left behind. A node's main process is the container's
 // PID 1, so signals sent with ContainerKill reach it directly (SIGSTOP
-// freezes a lock holder), and its stdio can be attached as a control channel
-// that the run's network faults never cut.
+// freezes a lock holder). An interactive node's console, the control
+// channel that the run's network faults never cut, is either a Unix socket
+// in a host directory bind-mounted into the container ([ControlSocket]:
+// the harness talks to the process directly) or the container's attached
+// stdio ([ControlAttach]: every line passes through the engine, which also
+// logs it; the only choice when the engine's files are not the harness's).
 package docker
 
 import (
@@ -18,6 +22,8 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -53,10 +59,26 @@ func Connect(ctx context.Context) (*client.Client, error) {
 	return cli, nil
 }
 
+// Control channels of interactive nodes (see the package comment).
+const (
+	// ControlAuto is ControlSocket when the engine is local and the
+	// harness does not itself run in a container, ControlAttach otherwise.
+	ControlAuto   = "auto"
+	ControlSocket = "socket"
+	ControlAttach = "attach"
+)
+
+// consoleDir is where an interactive node finds its console socket's
+// directory (bind-mounted from the host).
+const consoleDir = "/run/splitbrain-console"
+
 // Options configure a Runtime.
 type Options struct {
 	// RunID names the run; it prefixes container names and labels all.
 	RunID string
+	// Control is the console channel of interactive nodes: ControlAuto
+	// (the default when empty), ControlSocket or ControlAttach.
+	Control string
 	// Keep leaves containers and the network in place at Close.
 	Keep bool
 	Log  *slog.Logger
@@ -70,6 +92,11 @@ const createTimeout = time.Minute
 type Runtime struct {
 	cli  *client.Client
 	opts Options
+
+	// consoles is the host directory holding one subdirectory per
+	// interactive node, each bind-mounted into its container; empty when
+	// consoles are attached.
+	consoles string
 
 	mu      sync.Mutex
 	netID   string
@@ -88,10 +115,54 @@ func New(ctx context.Context, cli *client.Client, opts Options) (*Runtime, error
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	r := &Runtime{cli: cli, opts: opts, addrs: map[string]netip.Addr{}, netName: "splitbrain-" + opts.RunID}
+	control, err := resolveControl(opts.Control, cli.DaemonHost())
+	if err != nil {
+		return nil, err
+	}
+	if control == ControlSocket {
+		// Private to the harness's user: the sockets in it are the
+		// clients' consoles.
+		if r.consoles, err = os.MkdirTemp("", "splitbrain-console-"+opts.RunID+"-"); err != nil {
+			return nil, fmt.Errorf("console directory: %w", err)
+		}
+	}
 	if err := r.createNetwork(ctx); err != nil {
+		r.removeConsoles()
 		return nil, err
 	}
 	return r, nil
+}
+
+// resolveControl turns ControlAuto into the channel to use.
+func resolveControl(control, daemonHost string) (string, error) {
+	switch control {
+	case ControlSocket, ControlAttach:
+		return control, nil
+	case "", ControlAuto:
+		_, inContainer := os.Stat("/.dockerenv")
+		if strings.HasPrefix(daemonHost, "unix://") && inContainer != nil {
+			return ControlSocket, nil
+		}
+		return ControlAttach, nil
+	default:
+		return "", fmt.Errorf("control channel %q: want %s, %s or %s", control, ControlAuto, ControlSocket, ControlAttach)
+	}
+}
+
+// Control is the console channel this runtime gives interactive nodes.
+func (r *Runtime) Control() string {
+	if r.consoles != "" {
+		return ControlSocket
+	}
+	return ControlAttach
+}
+
+func (r *Runtime) removeConsoles() {
+	if r.consoles != "" {
+		if err := os.RemoveAll(r.consoles); err != nil {
+			r.opts.Log.Warn("remove console directory", "dir", r.consoles, "err", err)
+		}
+	}
 }
 
 func (r *Runtime) createNetwork(ctx context.Context) error {
@@ -189,10 +260,11 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.NodeSpec) (runtime.Nod
 		return nil, err
 	}
 	labels := map[string]string{runtime.LabelRun: r.opts.RunID, runtime.LabelRole: spec.Role, runtime.LabelNode: spec.Name}
+	attach := spec.Interactive && r.consoles == ""
 	cfg := &container.Config{
 		Image: spec.Image, Cmd: spec.Cmd, Env: spec.Env, Labels: labels, Hostname: spec.Name,
-		OpenStdin: spec.Interactive, StdinOnce: spec.Interactive,
-		AttachStdin: spec.Interactive, AttachStdout: spec.Interactive, AttachStderr: spec.Interactive,
+		OpenStdin: attach, StdinOnce: attach,
+		AttachStdin: attach, AttachStdout: attach, AttachStderr: attach,
 	}
 	host := &container.HostConfig{
 		NetworkMode: container.NetworkMode(r.netName),
@@ -200,6 +272,16 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.NodeSpec) (runtime.Nod
 		// No init process: the node's main process must be PID 1 so that
 		// SIGSTOP reaches it (an init would be stopped instead).
 		LogConfig: container.LogConfig{Type: "json-file"},
+	}
+	var console string
+	if spec.Interactive && !attach {
+		dir := filepath.Join(r.consoles, spec.Name)
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("create %s: console directory: %w", spec.Name, err)
+		}
+		host.Binds = []string{dir + ":" + consoleDir}
+		cfg.Env = append(append([]string(nil), spec.Env...), runtime.ControlSocketEnv+"="+consoleDir+"/console.sock")
+		console = filepath.Join(dir, "console.sock")
 	}
 	netCfg := &network.NetworkingConfig{EndpointsConfig: map[string]*network.EndpointSettings{
 		r.netName: {IPAMConfig: &network.EndpointIPAMConfig{IPv4Address: addr.String()}},
@@ -217,7 +299,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.NodeSpec) (runtime.Nod
 		}
 		return nil, fmt.Errorf("create %s: %w", spec.Name, err)
 	}
-	n := &Node{rt: r, id: resp.ID, name: spec.Name, role: spec.Role, addr: addr, spec: spec}
+	n := &Node{rt: r, id: resp.ID, name: spec.Name, role: spec.Role, addr: addr, spec: spec, console: console}
 	r.mu.Lock()
 	r.nodes = append(r.nodes, n)
 	r.mu.Unlock()
@@ -264,6 +346,7 @@ func (r *Runtime) Close(ctx context.Context) error {
 	if _, _, err := Clean(ctx, r.cli, r.opts.RunID); err != nil {
 		errs = append(errs, err)
 	}
+	r.removeConsoles()
 	return errors.Join(errs...)
 }
 
@@ -299,6 +382,17 @@ func Clean(ctx context.Context, cli *client.Client, runID string) (containers, n
 		}
 		networks++
 	}
+	// Console directories of the runs (a killed harness leaves them).
+	pattern := "splitbrain-console-*"
+	if runID != "" {
+		pattern = "splitbrain-console-" + runID + "-*"
+	}
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), pattern))
+	for _, d := range dirs {
+		if err := os.RemoveAll(d); err != nil {
+			errs = append(errs, fmt.Errorf("remove console directory: %w", err))
+		}
+	}
 	return containers, networks, errors.Join(errs...)
 }
 
@@ -310,6 +404,9 @@ type Node struct {
 	role string
 	addr netip.Addr
 	spec runtime.NodeSpec
+	// console is the host path of the node's console socket; empty when
+	// its stdio is attached instead.
+	console string
 
 	mu     sync.Mutex
 	stdin  io.WriteCloser
@@ -335,9 +432,13 @@ func (n *Node) Addr() netip.Addr { return n.addr }
 // ID is the container's ID.
 func (n *Node) ID() string { return n.id }
 
-// start attaches stdio (for interactive nodes) and starts the container.
+// consoleTimeout bounds the wait for a started node's console socket.
+const consoleTimeout = 30 * time.Second
+
+// start attaches stdio (for interactive nodes) and starts the container;
+// with a console socket it connects to it once the process listens.
 func (n *Node) start(ctx context.Context) error {
-	if n.spec.Interactive {
+	if n.spec.Interactive && n.console == "" {
 		hj, err := n.rt.cli.ContainerAttach(ctx, n.id, container.AttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 		if err != nil {
 			return fmt.Errorf("attach %s: %w", n.name, err)
@@ -354,6 +455,15 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	if err := n.rt.cli.ContainerStart(ctx, n.id, container.StartOptions{}); err != nil {
 		return fmt.Errorf("start %s: %w", n.name, err)
+	}
+	if n.console != "" {
+		conn, err := runtime.DialConsole(ctx, n.console, consoleTimeout)
+		if err != nil {
+			return fmt.Errorf("start %s: %w (see the node's log)", n.name, err)
+		}
+		n.mu.Lock()
+		n.stdin, n.stdout, n.closer = conn, conn, func() { conn.Shutdown() }
+		n.mu.Unlock()
 	}
 	return nil
 }

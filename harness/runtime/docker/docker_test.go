@@ -5,6 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -50,7 +53,8 @@ func TestRuntime(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	runID := fmt.Sprintf("t%d", time.Now().UnixNano()%1e9)
-	rt, err := docker.New(ctx, cli, docker.Options{RunID: runID})
+	// b's console is cat's stdio: attached (TestConsoles covers sockets).
+	rt, err := docker.New(ctx, cli, docker.Options{RunID: runID, Control: docker.ControlAttach})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,6 +149,109 @@ func TestRuntime(t *testing.T) {
 	closed = true
 	if c, n := leftovers(t, cli, runID); c != 0 || n != 0 {
 		t.Fatalf("after close: %d containers, %d networks left", c, n)
+	}
+}
+
+// TestConsoles: with either channel, an agent's console answers while its
+// node is cut off from every network peer, reads EOF when the agent is
+// killed, works again after a restart, and ends the agent when closed.
+func TestConsoles(t *testing.T) {
+	cli := testenv.Docker(t)
+	img := testenv.Images(t, cli, images.RoleClient)[images.RoleClient]
+	for _, control := range []string{docker.ControlSocket, docker.ControlAttach} {
+		t.Run(control, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			runID := fmt.Sprintf("s%d", time.Now().UnixNano()%1e9)
+			rt, err := docker.New(ctx, cli, docker.Options{RunID: runID, Control: control})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { rt.Close(context.Background()) })
+			if rt.Control() != control {
+				t.Fatalf("control %s, want %s", rt.Control(), control)
+			}
+			n, err := rt.Start(ctx, runtime.NodeSpec{Name: "c1", Role: runtime.RoleClient, Image: img, Interactive: true,
+				Cmd: []string{"/usr/local/bin/splitbrain", "agent"}, Caps: []string{runtime.CapNetAdmin}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			insp, err := cli.ContainerInspect(ctx, n.(*docker.Node).ID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			hc := insp.HostConfig
+			if hc.Privileged || len(hc.CapAdd) != 1 || strings.TrimPrefix(hc.CapAdd[0], "CAP_") != runtime.CapNetAdmin || len(hc.PortBindings) != 0 {
+				t.Fatalf("more than asked for: privileged %v, caps %v, ports %v", hc.Privileged, hc.CapAdd, hc.PortBindings)
+			}
+			switch control {
+			case docker.ControlSocket:
+				if len(hc.Binds) != 1 || !strings.HasSuffix(hc.Binds[0], ":/run/splitbrain-console") {
+					t.Fatalf("binds %v: want only the console directory", hc.Binds)
+				}
+				fi, err := os.Stat(filepath.Dir(strings.Split(hc.Binds[0], ":")[0]))
+				if err != nil || fi.Mode().Perm() != 0o700 {
+					t.Fatalf("console directory not private to the harness's user: %v %v", fi.Mode(), err)
+				}
+			case docker.ControlAttach:
+				if len(hc.Binds) != 0 {
+					t.Fatalf("binds %v with an attached console", hc.Binds)
+				}
+			}
+			ping := func(seq int) error {
+				stdin, stdout := n.(runtime.Console).Stdio()
+				if _, err := fmt.Fprintf(stdin, `{"type":"ping","seq":%d}`+"\n", seq); err != nil {
+					return err
+				}
+				sc := bufio.NewScanner(stdout)
+				if !sc.Scan() {
+					return fmt.Errorf("no pong: %v", sc.Err())
+				}
+				if want := fmt.Sprintf(`"seq":%d`, seq); !strings.Contains(sc.Text(), `"pong"`) || !strings.Contains(sc.Text(), want) {
+					return fmt.Errorf("answer %q", sc.Text())
+				}
+				return nil
+			}
+			for _, rule := range [][]string{{"INPUT"}, {"OUTPUT"}} {
+				if _, err := runtime.Run(ctx, n, "iptables", "-P", rule[0], "DROP"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := ping(1); err != nil {
+				t.Fatalf("console of a node cut off from the network: %v", err)
+			}
+			if err := n.Signal(ctx, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			_, stdout := n.(runtime.Console).Stdio()
+			eof := make(chan error, 1)
+			go func() { _, err := io.Copy(io.Discard, stdout); eof <- err }()
+			select {
+			case <-eof:
+			case <-time.After(30 * time.Second):
+				t.Fatal("console still open after the agent was killed")
+			}
+			if err := n.(runtime.Restarter).Restart(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := ping(2); err != nil {
+				t.Fatalf("console after restart: %v", err)
+			}
+			stdin, _ := n.(runtime.Console).Stdio()
+			stdin.Close()
+			if err := runtime.Poll(ctx, "the agent to exit when its console closed", 30*time.Second, 100*time.Millisecond, func(ctx context.Context) error {
+				insp, err := cli.ContainerInspect(ctx, n.(*docker.Node).ID())
+				if err != nil {
+					return err
+				}
+				if insp.State.Running {
+					return errors.New("still running")
+				}
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }
 
