@@ -43,6 +43,8 @@ func TestBadInput(t *testing.T) {
 		{"negative clients", []string{"run", "--concurrency", "-1", "--results", res}, "--concurrency"},
 		{"results under a file", []string{"run", "--results", filepath.Join(file, "x")}, "results directory"},
 		{"bad recipe option", []string{"run", "--recipe-opt", "novalue", "--results", res}, "key=value"},
+		{"impossible partition", []string{"run", "--target", "redis", "--nemesis", "partition", "--partitions", "majority", "--results", res}, "needs at least 3 lock nodes"},
+		{"bad control channel", []string{"run", "--control", "pigeon", "--results", res}, "--control"},
 		{"bad log level", []string{"run", "--log-level", "loud", "--results", res}, "--log-level"},
 		{"check without args", []string{"check"}, "accepts 1 arg"},
 		{"check missing history", []string{"check", filepath.Join(dir, "nope")}, "no history"},
