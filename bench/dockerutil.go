@@ -115,6 +115,19 @@ func (d *dockerEnv) hostPID(ctx context.Context, n runtime.Node) (int, error) {
 	return insp.State.Pid, nil
 }
 
+// hostPIDs is hostPID of each node, by name.
+func (d *dockerEnv) hostPIDs(ctx context.Context, nodes []runtime.Node) (map[string]int, error) {
+	pids := map[string]int{}
+	for _, n := range nodes {
+		pid, err := d.hostPID(ctx, n)
+		if err != nil {
+			return nil, err
+		}
+		pids[n.Name()] = pid
+	}
+	return pids, nil
+}
+
 // procState is the state letter of /proc/<pid>/status ("R", "S", "T", "Z"),
 // "" when the process is gone.
 func procState(pid int) string {

@@ -298,14 +298,10 @@ func measurePause(ctx context.Context, env *dockerEnv, nenv *nemesis.Env, kind, 
 	s := faultSample{Kind: kind}
 	p := &nemesis.Pause{Weights: map[string]int{group: 1}}
 	// Resolve the pids first: the decision is Inject's call.
-	pids := map[string]int{}
-	for _, nd := range append(append([]runtime.Node{}, nenv.Nodes...), nenv.Clients...) {
-		pid, err := env.hostPID(ctx, nd)
-		if err != nil {
-			s.Err = err.Error()
-			return s
-		}
-		pids[nd.Name()] = pid
+	pids, err := env.hostPIDs(ctx, append(append([]runtime.Node{}, nenv.Nodes...), nenv.Clients...))
+	if err != nil {
+		s.Err = err.Error()
+		return s
 	}
 	t0 := time.Now()
 	w := watch(t0, pids, 5*time.Second, func(pid int) bool { return procState(pid) == "T" })
@@ -366,14 +362,10 @@ func measureClock(ctx context.Context, p *clock.Process, kind string, rng *rand.
 func measureKill(ctx context.Context, env *dockerEnv, nenv *nemesis.Env, kind string, rng *rand.Rand, serves func(context.Context, runtime.Node) bool) faultSample {
 	s := faultSample{Kind: kind}
 	k := &nemesis.Kill{Weights: map[string]int{nemesis.GroupNode: 1}}
-	pids := map[string]int{}
-	for _, nd := range nenv.Nodes {
-		pid, err := env.hostPID(ctx, nd)
-		if err != nil {
-			s.Err = err.Error()
-			return s
-		}
-		pids[nd.Name()] = pid
+	pids, err := env.hostPIDs(ctx, nenv.Nodes)
+	if err != nil {
+		s.Err = err.Error()
+		return s
 	}
 	t0 := time.Now()
 	w := watch(t0, pids, 10*time.Second, func(pid int) bool { st := procState(pid); return st == "" || st == "Z" || st == "X" })
