@@ -168,8 +168,14 @@ func faultsRedis(ctx context.Context, env *dockerEnv, n int, rng *rand.Rand) ([]
 		logf("redis partition %d/%d: %+v", i+1, n, out[len(out)-1])
 	}
 	shim := &clock.Shim{Now: redis.ServerTime}
+	redisClock := clock.NewProcess(cl.Nodes()[0], shim, 0)
+	// As the clock nemesis's Prepare does in a run: the control file is
+	// created and mapped by Redis before the first fault.
+	if err := redisClock.Check(ctx); err != nil {
+		return out, err
+	}
 	for i := range n {
-		out = append(out, measureClock(ctx, clock.NewProcess(cl.Nodes()[0], shim, 0), "clock bump redis node (shim)", rng))
+		out = append(out, measureClock(ctx, redisClock, "clock bump redis node (shim)", rng))
 		logf("redis clock %d/%d: %+v", i+1, n, out[len(out)-1])
 	}
 	addr := net.JoinHostPort(cl.Nodes()[0].Addr().String(), strconv.Itoa(redis.Port))
@@ -198,6 +204,11 @@ func faultsEtcd(ctx context.Context, env *dockerEnv, n int, rng *rand.Rand) ([]f
 	for i := range n {
 		out = append(out, measurePause(ctx, env, nenv, "pause etcd member", nemesis.GroupNode, rng))
 		logf("etcd pause %d/%d", i+1, n)
+	}
+	for _, m := range cl.Nodes() { // as the clock nemesis's Prepare does
+		if err := clock.NewProcess(m, nil, 0).Check(ctx); err != nil {
+			return out, err
+		}
 	}
 	for i := range n {
 		member := cl.Nodes()[rng.IntN(len(cl.Nodes()))]
