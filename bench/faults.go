@@ -305,6 +305,24 @@ func (w *watcher) stop() {
 	<-w.over
 }
 
+// injectWatched calls n.Inject with the host processes pids watched for
+// cond from the same instant, and fills s's InjectMS, Target and InForceMS
+// (or Err). It returns nil when Inject failed.
+func injectWatched(ctx context.Context, n nemesis.Nemesis, nenv *nemesis.Env, rng *rand.Rand, pids map[string]int, timeout time.Duration, cond func(pid int) bool, s *faultSample) nemesis.Fault {
+	t0 := time.Now()
+	w := watch(t0, pids, timeout, cond)
+	f, err := n.Inject(ctx, nenv, rng)
+	s.InjectMS = ms(time.Since(t0))
+	if err != nil {
+		w.stop()
+		s.Err = err.Error()
+		return nil
+	}
+	s.Target = f.Targets()[0]
+	s.InForceMS = w.wait(s.Target)
+	return f
+}
+
 func measurePause(ctx context.Context, env *dockerEnv, nenv *nemesis.Env, kind, group string, rng *rand.Rand) faultSample {
 	s := faultSample{Kind: kind}
 	p := &nemesis.Pause{Weights: map[string]int{group: 1}}
@@ -314,18 +332,11 @@ func measurePause(ctx context.Context, env *dockerEnv, nenv *nemesis.Env, kind, 
 		s.Err = err.Error()
 		return s
 	}
-	t0 := time.Now()
-	w := watch(t0, pids, 5*time.Second, func(pid int) bool { return procState(pid) == "T" })
-	f, err := p.Inject(ctx, nenv, rng)
-	s.InjectMS = ms(time.Since(t0))
-	if err != nil {
-		w.stop()
-		s.Err = err.Error()
+	f := injectWatched(ctx, p, nenv, rng, pids, 5*time.Second, func(pid int) bool { return procState(pid) == "T" }, &s)
+	if f == nil {
 		return s
 	}
-	s.Target = f.Targets()[0]
 	pid := pids[s.Target]
-	s.InForceMS = w.wait(s.Target)
 	time.Sleep(50 * time.Millisecond)
 	t1 := time.Now()
 	if err := f.Heal(ctx); err != nil {
@@ -378,17 +389,11 @@ func measureKill(ctx context.Context, env *dockerEnv, nenv *nemesis.Env, kind st
 		s.Err = err.Error()
 		return s
 	}
-	t0 := time.Now()
-	w := watch(t0, pids, 10*time.Second, func(pid int) bool { st := procState(pid); return st == "" || st == "Z" || st == "X" })
-	f, err := k.Inject(ctx, nenv, rng)
-	s.InjectMS = ms(time.Since(t0))
-	if err != nil {
-		w.stop()
-		s.Err = err.Error()
+	gone := func(pid int) bool { st := procState(pid); return st == "" || st == "Z" || st == "X" }
+	f := injectWatched(ctx, k, nenv, rng, pids, 10*time.Second, gone, &s)
+	if f == nil {
 		return s
 	}
-	s.Target = f.Targets()[0]
-	s.InForceMS = w.wait(s.Target)
 	node, _ := nenv.Node(s.Target)
 	time.Sleep(50 * time.Millisecond)
 	t1 := time.Now()
