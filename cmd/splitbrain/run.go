@@ -120,10 +120,8 @@ func interrupts(parent context.Context, log *slog.Logger) (soft, hard context.Co
 
 // dockerDeps wires the harness to the Docker engine.
 func (g *globalFlags) dockerDeps(ctx context.Context, log *slog.Logger, progress io.Writer) (harness.Deps, func(), error) {
-	switch g.control {
-	case docker.ControlAuto, docker.ControlSocket, docker.ControlAttach:
-	default:
-		return harness.Deps{}, nil, &usageError{fmt.Errorf("--control %q: want auto, socket or attach", g.control)}
+	if err := docker.CheckControl(g.control); err != nil {
+		return harness.Deps{}, nil, &usageError{fmt.Errorf("--control: %w", err)}
 	}
 	cli, err := docker.Connect(ctx)
 	if err != nil {

@@ -9,8 +9,9 @@
 // progress events the harness acts on while the operation runs (acquired:
 // the client now holds a lock, a fault may target it; write: it is past the
 // point where a fault would make a late write) and then one done [Response]
-// with the [Result], which carries every step's time. Event times are the agent's CLOCK_MONOTONIC, read with a real
-// system call so that a skewed vDSO clock does not move them.
+// with the [Result], which carries every step's time. Event times are the
+// agent's CLOCK_MONOTONIC, read with a real system call so that a skewed
+// vDSO clock does not move them.
 package agent
 
 import (

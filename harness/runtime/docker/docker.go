@@ -133,20 +133,29 @@ func New(ctx context.Context, cli *client.Client, opts Options) (*Runtime, error
 	return r, nil
 }
 
+// CheckControl reports an error unless control names a console channel
+// (ControlAuto, ControlSocket, ControlAttach, or empty for ControlAuto).
+func CheckControl(control string) error {
+	switch control {
+	case "", ControlAuto, ControlSocket, ControlAttach:
+		return nil
+	}
+	return fmt.Errorf("control channel %q: want %s, %s or %s", control, ControlAuto, ControlSocket, ControlAttach)
+}
+
 // resolveControl turns ControlAuto into the channel to use.
 func resolveControl(control, daemonHost string) (string, error) {
-	switch control {
-	case ControlSocket, ControlAttach:
-		return control, nil
-	case "", ControlAuto:
-		_, inContainer := os.Stat("/.dockerenv")
-		if strings.HasPrefix(daemonHost, "unix://") && inContainer != nil {
-			return ControlSocket, nil
-		}
-		return ControlAttach, nil
-	default:
-		return "", fmt.Errorf("control channel %q: want %s, %s or %s", control, ControlAuto, ControlSocket, ControlAttach)
+	if err := CheckControl(control); err != nil {
+		return "", err
 	}
+	if control == ControlSocket || control == ControlAttach {
+		return control, nil
+	}
+	_, inContainer := os.Stat("/.dockerenv")
+	if strings.HasPrefix(daemonHost, "unix://") && inContainer != nil {
+		return ControlSocket, nil
+	}
+	return ControlAttach, nil
 }
 
 // Control is the console channel this runtime gives interactive nodes.
