@@ -23,5 +23,5 @@ test: deps
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed:"; gofmt -l .; exit 1; }
 	$(GO) test -count=1 -timeout 45m ./...
-	$(GO) test -run '^$$' -fuzz FuzzRead -fuzztime 10s ./workloads/history/
+	$(GO) test -run '^$$' -fuzz FuzzRead -fuzztime 10s ./history/
 	$(GO) test -run '^$$' -fuzz FuzzCheck -fuzztime 10s ./checkers/

@@ -19,8 +19,8 @@ import (
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/checkers/synth"
-	"github.com/splitbrain/splitbrain/harness/report"
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/report"
 )
 
 // checkerChildCmd is the hidden subcommand a checker case runs in: a fresh

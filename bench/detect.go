@@ -14,12 +14,12 @@ import (
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
-	"github.com/splitbrain/splitbrain/harness/report"
-	"github.com/splitbrain/splitbrain/harness/runtime"
-	"github.com/splitbrain/splitbrain/harness/runtime/docker"
+	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/report"
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/targets/catalog"
 	"github.com/splitbrain/splitbrain/workloads"
-	"github.com/splitbrain/splitbrain/workloads/history"
 )
 
 // detectRun is one harness run of the detection benchmark.

@@ -18,9 +18,9 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/nemesis/clock"
+	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/etcd"
 	"github.com/splitbrain/splitbrain/targets/redis"

@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/splitbrain/splitbrain/history"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads"
 	"github.com/splitbrain/splitbrain/workloads/agent"
-	"github.com/splitbrain/splitbrain/workloads/history"
 )
 
 // The benchmarks below isolate what the harness adds to one critical

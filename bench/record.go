@@ -18,14 +18,14 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/splitbrain/splitbrain/harness"
-	"github.com/splitbrain/splitbrain/harness/runtime"
-	"github.com/splitbrain/splitbrain/harness/runtime/docker"
+	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/redis"
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads"
 	"github.com/splitbrain/splitbrain/workloads/agent"
-	"github.com/splitbrain/splitbrain/workloads/history"
 )
 
 // loopResult is what `splitbrain bench-loop` prints (cmd/splitbrain/benchloop.go).

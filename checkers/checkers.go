@@ -21,7 +21,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
 )
 
 // Verdict is a checker's answer. In JSON it is true, false or "unknown".

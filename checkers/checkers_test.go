@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
 )
 
 // TestCorpus replays every history under testdata and compares the verdict

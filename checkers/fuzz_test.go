@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
 )
 
 // FuzzCheck: any history that reads is judged without panicking, within

@@ -5,7 +5,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
 )
 
 // Liveness measures progress: for each key, the longest stretch of the test

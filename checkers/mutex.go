@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
 )
 
 // Hold is one client's hold of a key's lock, as the client saw it.

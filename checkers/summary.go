@@ -4,7 +4,7 @@ import (
 	"context"
 	"sort"
 
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
 )
 
 // Summary counts outcomes and compares each key's final read with the

@@ -11,13 +11,13 @@ import (
 	"time"
 
 	"github.com/splitbrain/splitbrain/checkers"
-	"github.com/splitbrain/splitbrain/harness/runtime"
-	"github.com/splitbrain/splitbrain/harness/runtime/memrt"
+	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/memrt"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/redis"
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads/agent"
-	"github.com/splitbrain/splitbrain/workloads/history"
 )
 
 // memWorld is an in-memory lock service and counter store behind memrt

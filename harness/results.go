@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/splitbrain/splitbrain/checkers"
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
 )
 
 // Results is results.json: the verdict first, then everything needed to

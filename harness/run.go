@@ -30,13 +30,13 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/splitbrain/splitbrain/checkers"
-	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/history"
 	"github.com/splitbrain/splitbrain/nemesis"
+	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads"
 	"github.com/splitbrain/splitbrain/workloads/agent"
-	"github.com/splitbrain/splitbrain/workloads/history"
 )
 
 // Deps are the parts a run is wired from.

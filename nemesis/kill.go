@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/runtime"
 )
 
 // KillGroups are the target groups kill may pick from. The counter store

@@ -20,8 +20,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/runtime"
 )
 
 // Env is what a nemesis may fault.

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/runtime"
 )
 
 // Chain is the iptables chain splitbrain owns in each node; every rule of

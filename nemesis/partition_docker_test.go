@@ -8,11 +8,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/splitbrain/splitbrain/harness/images"
-	"github.com/splitbrain/splitbrain/harness/runtime"
-	"github.com/splitbrain/splitbrain/harness/runtime/docker"
-	"github.com/splitbrain/splitbrain/harness/testenv"
+	"github.com/splitbrain/splitbrain/internal/testenv"
 	"github.com/splitbrain/splitbrain/nemesis"
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/docker"
+	"github.com/splitbrain/splitbrain/runtime/images"
 )
 
 // TestTopologiesReachability installs every topology on real containers

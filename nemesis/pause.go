@@ -7,7 +7,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/runtime"
 )
 
 // Target groups a pause may pick from.

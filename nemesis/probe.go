@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/runtime"
 )
 
 // Link is an ordered pair of nodes: packets From → To.

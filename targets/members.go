@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/runtime"
 )
 
 // ReserveMembers reserves the addresses of the members of an n-node

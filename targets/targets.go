@@ -15,7 +15,7 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/runtime"
 )
 
 // Errors a Locker returns, checked with errors.Is. Busy and unavailable are

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/splitbrain/splitbrain/history"
 	"github.com/splitbrain/splitbrain/workloads/agent"
-	"github.com/splitbrain/splitbrain/workloads/history"
 )
 
 // Errors of the control channel.

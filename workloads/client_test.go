@@ -8,10 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/splitbrain/splitbrain/history"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads/agent"
-	"github.com/splitbrain/splitbrain/workloads/history"
 )
 
 // fakeLocker answers Acquire with err, or grants token.

@@ -22,8 +22,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/splitbrain/splitbrain/history"
 	"github.com/splitbrain/splitbrain/workloads/agent"
-	"github.com/splitbrain/splitbrain/workloads/history"
 )
 
 // Workload drives clients and records on rec.

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
 )
 
 // Options shape a history.

@@ -12,12 +12,12 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/splitbrain/splitbrain/history"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/catalog"
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads"
 	"github.com/splitbrain/splitbrain/workloads/agent"
-	"github.com/splitbrain/splitbrain/workloads/history"
 )
 
 // Modes of bench-loop.

@@ -5,7 +5,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/splitbrain/splitbrain/harness/runtime/docker"
+	"github.com/splitbrain/splitbrain/runtime/docker"
 )
 
 func newCleanCmd(g *globalFlags) *cobra.Command {

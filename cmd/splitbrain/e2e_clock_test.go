@@ -5,9 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/splitbrain/splitbrain/harness/images"
-	"github.com/splitbrain/splitbrain/harness/testenv"
+	"github.com/splitbrain/splitbrain/internal/testenv"
 	"github.com/splitbrain/splitbrain/nemesis/clock"
+	"github.com/splitbrain/splitbrain/runtime/images"
 )
 
 // clockFaults parses the clock faults of a run's results.json, failing if

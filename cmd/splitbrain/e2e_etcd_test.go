@@ -3,8 +3,8 @@ package main
 import (
 	"testing"
 
-	"github.com/splitbrain/splitbrain/harness/images"
-	"github.com/splitbrain/splitbrain/harness/testenv"
+	"github.com/splitbrain/splitbrain/internal/testenv"
+	"github.com/splitbrain/splitbrain/runtime/images"
 )
 
 // TestEtcdVerdicts: on a real 3-node etcd cluster, holders paused past

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/splitbrain/splitbrain/harness/images"
-	"github.com/splitbrain/splitbrain/harness/testenv"
+	"github.com/splitbrain/splitbrain/internal/testenv"
+	"github.com/splitbrain/splitbrain/runtime/images"
 )
 
 // TestMatrix: the smoke set passes on real containers and writes JUnit;

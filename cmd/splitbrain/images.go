@@ -7,8 +7,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/splitbrain/splitbrain/harness/images"
-	"github.com/splitbrain/splitbrain/harness/runtime/docker"
+	"github.com/splitbrain/splitbrain/runtime/docker"
+	"github.com/splitbrain/splitbrain/runtime/images"
 )
 
 func newImagesCmd(g *globalFlags) *cobra.Command {

@@ -12,8 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitbrain/splitbrain/harness"
-	"github.com/splitbrain/splitbrain/harness/report"
-	"github.com/splitbrain/splitbrain/harness/scenario"
+	"github.com/splitbrain/splitbrain/report"
+	"github.com/splitbrain/splitbrain/scenario"
 	"github.com/splitbrain/splitbrain/targets/catalog"
 )
 

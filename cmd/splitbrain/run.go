@@ -13,13 +13,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitbrain/splitbrain/harness"
-	"github.com/splitbrain/splitbrain/harness/images"
-	"github.com/splitbrain/splitbrain/harness/report"
-	"github.com/splitbrain/splitbrain/harness/runtime"
-	"github.com/splitbrain/splitbrain/harness/runtime/docker"
+	"github.com/splitbrain/splitbrain/history"
 	"github.com/splitbrain/splitbrain/nemesis"
+	"github.com/splitbrain/splitbrain/report"
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/docker"
+	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets/catalog"
-	"github.com/splitbrain/splitbrain/workloads/history"
 )
 
 func newRunCmd(g *globalFlags) *cobra.Command {

@@ -17,7 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitbrain/splitbrain/harness"
-	"github.com/splitbrain/splitbrain/harness/report"
+	"github.com/splitbrain/splitbrain/report"
 )
 
 // serveOptions are the serve command's flags.

@@ -15,10 +15,10 @@ import (
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/client"
 
-	"github.com/splitbrain/splitbrain/harness/images"
-	"github.com/splitbrain/splitbrain/harness/runtime"
-	"github.com/splitbrain/splitbrain/harness/testenv"
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/internal/testenv"
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/images"
 )
 
 // buildCLI compiles splitbrain once per test binary.

@@ -10,9 +10,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitbrain/splitbrain/harness"
-	"github.com/splitbrain/splitbrain/harness/images"
-	"github.com/splitbrain/splitbrain/harness/runtime"
-	sshrt "github.com/splitbrain/splitbrain/harness/runtime/ssh"
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/images"
+	sshrt "github.com/splitbrain/splitbrain/runtime/ssh"
 	"github.com/splitbrain/splitbrain/targets/catalog"
 	"github.com/splitbrain/splitbrain/targets/etcd"
 	"github.com/splitbrain/splitbrain/targets/lockd"

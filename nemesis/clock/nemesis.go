@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
 	"github.com/splitbrain/splitbrain/nemesis"
+	"github.com/splitbrain/splitbrain/runtime"
 )
 
 // Modes of the clock nemesis.

@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
-	"github.com/splitbrain/splitbrain/harness/runtime/memrt"
 	"github.com/splitbrain/splitbrain/nemesis"
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/memrt"
 )
 
 // fakeProc is the clock state of one fake node's main process.

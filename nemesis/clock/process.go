@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/runtime"
 )
 
 // Helper is the splitbrain binary of every node image; "Helper clock ARGS"

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
-	"github.com/splitbrain/splitbrain/harness/runtime/memrt"
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/memrt"
 	"github.com/splitbrain/splitbrain/targets"
 )
 

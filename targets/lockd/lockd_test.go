@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/lockd/client"
 	"github.com/splitbrain/splitbrain/targets/lockd/server"

@@ -36,8 +36,8 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
 	"github.com/splitbrain/splitbrain/nemesis/clock"
+	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
 )
 

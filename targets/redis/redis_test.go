@@ -10,8 +10,8 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
 
-	"github.com/splitbrain/splitbrain/harness/images"
-	"github.com/splitbrain/splitbrain/harness/testenv"
+	"github.com/splitbrain/splitbrain/internal/testenv"
+	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
 )
 

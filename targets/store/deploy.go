@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/runtime"
 )
 
 // Role is the store's image role and node name.

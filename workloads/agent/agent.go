@@ -12,9 +12,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/splitbrain/splitbrain/history"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/store"
-	"github.com/splitbrain/splitbrain/workloads/history"
 )
 
 // Store is the counter store as the agent uses it; *store.Client is one.

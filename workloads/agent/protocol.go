@@ -15,8 +15,8 @@
 package agent
 
 import (
+	"github.com/splitbrain/splitbrain/history"
 	"github.com/splitbrain/splitbrain/targets"
-	"github.com/splitbrain/splitbrain/workloads/history"
 )
 
 // Request types.

@@ -21,7 +21,7 @@ import (
 	"time"
 
 	"github.com/splitbrain/splitbrain/checkers"
-	"github.com/splitbrain/splitbrain/harness/scenario"
+	"github.com/splitbrain/splitbrain/scenario"
 )
 
 // Limits of a scan of the results directory.

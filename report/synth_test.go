@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
 )
 
 // synthHistory makes a plausible counter history of n critical sections by

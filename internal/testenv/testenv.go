@@ -14,8 +14,8 @@ import (
 
 	"github.com/docker/docker/client"
 
-	"github.com/splitbrain/splitbrain/harness/images"
-	"github.com/splitbrain/splitbrain/harness/runtime/docker"
+	"github.com/splitbrain/splitbrain/runtime/docker"
+	"github.com/splitbrain/splitbrain/runtime/images"
 )
 
 // InCI reports whether the tests run in CI (CI=true).

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
 )
 
 // syncBuffer is a bytes.Buffer safe for a drawing goroutine and a reader.

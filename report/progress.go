@@ -9,7 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
 )
 
 // Progress keeps a one-line summary of a run in progress — elapsed time

@@ -10,8 +10,8 @@ import (
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
-	"github.com/splitbrain/splitbrain/harness/report"
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/report"
 )
 
 // TestReportReadsHarnessResults: report.Run, which mirrors harness.Results

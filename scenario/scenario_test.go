@@ -11,7 +11,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
-	"github.com/splitbrain/splitbrain/harness/testenv"
+	"github.com/splitbrain/splitbrain/internal/testenv"
 	"github.com/splitbrain/splitbrain/targets/catalog"
 )
 

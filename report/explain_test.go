@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/splitbrain/splitbrain/checkers"
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
 )
 
 // hist builds hand-written histories with times in seconds.

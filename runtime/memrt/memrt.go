@@ -19,7 +19,7 @@ import (
 	"sync"
 	"syscall"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/runtime"
 )
 
 // Proc is what a program gets: its node's identity, stdio and gate.

@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/crypto/ssh/agent"
 
-	"github.com/splitbrain/splitbrain/harness/runtime"
+	"github.com/splitbrain/splitbrain/runtime"
 )
 
 // fixture is a runtime over one or more test servers, its directories in

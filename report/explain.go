@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/splitbrain/splitbrain/checkers"
-	"github.com/splitbrain/splitbrain/workloads/history"
+	"github.com/splitbrain/splitbrain/history"
 )
 
 // Kind says what sort of anomaly an [Anomaly] is.

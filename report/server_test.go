@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/splitbrain/splitbrain/checkers"
-	"github.com/splitbrain/splitbrain/harness/scenario"
+	"github.com/splitbrain/splitbrain/scenario"
 )
 
 // runsDir makes a results directory of four runs: redis and etcd,
