@@ -300,7 +300,7 @@ func TestTargetOnMemrt(t *testing.T) {
 	rt := memrt.New(map[string]memrt.Program{Role: s.Program()}, nil)
 	ctx := context.Background()
 	t.Cleanup(func() { _ = rt.Close(ctx) })
-	c, err := Target{Service: s}.Start(ctx, rt, targets.Options{TTL: ttl, ExtraCaps: []string{runtime.CapSysPtrace}})
+	c, err := Target{}.Start(ctx, rt, targets.Options{TTL: ttl, ExtraCaps: []string{runtime.CapSysPtrace}})
 	if err != nil {
 		t.Fatal(err)
 	}

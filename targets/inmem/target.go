@@ -8,13 +8,12 @@ import (
 	"github.com/splitbrain/splitbrain/targets"
 )
 
-// Target runs a [Service] as a one-node backend. Its node, role [Role],
-// runs [Service.Program] on the in-memory runtime (the runtime's program
-// for the role must be it); the agents reach the service in process, so
-// the target has no use on a runtime whose clients run elsewhere.
+// Target runs a [Service] as a one-node backend on the in-memory runtime:
+// the runtime's program for role [Role] is the service's
+// [Service.Program], and the agents' locker factory for kind [Kind] is its
+// [Service.Factory]. The agents reach the service in process, so the target
+// has no use on a runtime whose clients run elsewhere.
 type Target struct {
-	// Service is the lock service the cluster's clients use.
-	Service *Service
 	// Alias, when set, is the target's name instead of [Name]: a test can
 	// run a scenario written for another backend on the service.
 	Alias string
