@@ -388,12 +388,15 @@ func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error)
 	if closed {
 		return nil, fmt.Errorf("acquire %s: locker closed: %w", key, targets.ErrUnavailable)
 	}
-	tick := time.NewTicker(l.s.poll)
-	defer tick.Stop()
+	var tick *time.Ticker
 	for {
 		lease, wake, err := l.s.tryAcquire(ctx, key, l.client, l.ttl, l.faults)
 		if err == nil {
 			return lease, nil
+		}
+		if tick == nil {
+			tick = time.NewTicker(l.s.poll)
+			defer tick.Stop()
 		}
 		select {
 		case <-ctx.Done():
