@@ -71,6 +71,7 @@ var TestOnly = []string{"internal/testenv", "harness/harnesstest"}
 // Edge is one import: From imports To (paths relative to [Module]).
 type Edge struct{ From, To string }
 
+// String says "from imports to".
 func (e Edge) String() string { return e.From + " imports " + e.To }
 
 // Violation is a package or an import the rule forbids, with the reason in
@@ -82,6 +83,7 @@ type Violation struct {
 	Reason string
 }
 
+// String is the violation as the test reports it: the import, then why.
 func (v Violation) String() string {
 	if v.Edge.To == "" {
 		return v.Reason
