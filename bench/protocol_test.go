@@ -3,69 +3,37 @@ package main
 import (
 	"context"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/splitbrain/splitbrain/history"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/inmem"
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads"
 	"github.com/splitbrain/splitbrain/workloads/agent"
 )
 
 // The benchmarks below isolate what the harness adds to one critical
-// section, with a lock and a store that answer at once (no network): the
-// agent protocol over real pipes (JSON lines both ways, four responses per
-// operation), and the history records. Profile them with
+// section, with a lock and a store that answer at once, in process (the
+// in-memory lock service and store.Mem): the agent protocol over real pipes
+// (JSON lines both ways, four responses per operation), and the history
+// records. Profile them with
 //
 //	go test -run '^$' -bench Protocol -cpuprofile cpu.out ./bench/
 //	go tool pprof -top bench.test cpu.out
 
-type fakeLocker struct{ token atomic.Uint64 }
-
-func (l *fakeLocker) Acquire(context.Context, string) (targets.Lease, error) {
-	return fakeLease(l.token.Add(1)), nil
-}
-func (l *fakeLocker) Close() error { return nil }
-
-type fakeLease uint64
-
-func (f fakeLease) Token() uint64                 { return uint64(f) }
-func (f fakeLease) Release(context.Context) error { return nil }
-
-type fakeStore struct {
-	mu sync.Mutex
-	m  map[string]store.Entry
-}
-
-func (s *fakeStore) Read(_ context.Context, key string, _ bool, _ uint64) (store.Entry, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.m[key], nil
-}
-
-func (s *fakeStore) Write(_ context.Context, key string, value, tag int64, _ bool, _ uint64) (store.Entry, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	e := store.Entry{Value: value, Tag: tag}
-	s.m[key] = e
-	return e, nil
-}
-
 var fakeConfig = agent.Config{
-	Client: "c1", Recipe: targets.RecipeConfig{Kind: "fake", Endpoints: []string{"x"}, TTL: targets.Duration(2 * time.Second)},
+	Client: "c1", Recipe: targets.RecipeConfig{Kind: inmem.Kind, Endpoints: []string{"x"}, TTL: targets.Duration(2 * time.Second)},
 	Store: "x", StoreTimeout: targets.Duration(time.Second), AcquireTimeout: targets.Duration(5 * time.Second),
 	ReleaseTimeout: targets.Duration(time.Second),
 }
 
 // BenchmarkProtocolBare is the critical section's calls alone.
 func BenchmarkProtocolBare(b *testing.B) {
-	l, st := &fakeLocker{}, &fakeStore{m: map[string]store.Entry{}}
+	l, st := inmem.NewService(inmem.Options{}).Locker("c1", time.Minute, inmem.Faults{}), store.NewMem(nil)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
@@ -96,10 +64,8 @@ func benchProtocol(b *testing.B, path string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	deps := agent.Deps{
-		Lockers: map[string]targets.LockerFactory{"fake": func(context.Context, targets.RecipeConfig, string, *slog.Logger) (targets.Locker, error) {
-			return &fakeLocker{}, nil
-		}},
-		DialStore: func(string, time.Duration) agent.Store { return &fakeStore{m: map[string]store.Entry{}} },
+		Lockers:   map[string]targets.LockerFactory{inmem.Kind: inmem.NewService(inmem.Options{}).Factory()},
+		DialStore: func(string, time.Duration) agent.Store { return store.NewMem(nil) },
 	}
 	done := make(chan struct{})
 	go func() {

@@ -28,20 +28,6 @@ import (
 	"github.com/splitbrain/splitbrain/workloads/agent"
 )
 
-// loopResult is what `splitbrain bench-loop` prints (cmd/splitbrain/benchloop.go).
-type loopResult struct {
-	Mode     string         `json:"mode"`
-	Client   string         `json:"client"`
-	Ops      int            `json:"ops"`
-	OK       int            `json:"ok"`
-	Err      map[string]int `json:"errors,omitempty"`
-	StartLag time.Duration  `json:"start_lag_ns"`
-	Elapsed  time.Duration  `json:"elapsed_ns"`
-	CPU      time.Duration  `json:"cpu_ns"`
-	Wait     time.Duration  `json:"wait_mean_ns"`
-	Hold     time.Duration  `json:"hold_mean_ns"`
-}
-
 // recordSample is one measurement of one variant.
 type recordSample struct {
 	Round   int     `json:"round"`
@@ -58,14 +44,14 @@ type recordSample struct {
 	// critical sections; CycleMS is clients / OKPerSec, the time one
 	// client takes per critical section, and GapMS what is left of it
 	// outside wait and hold (the control channel's round trip).
-	WaitMS  float64      `json:"wait_ms"`
-	HoldMS  float64      `json:"hold_ms"`
-	CycleMS float64      `json:"cycle_ms"`
-	GapMS   float64      `json:"gap_ms"`
-	CPU     CPUUse       `json:"cpu"`
-	Clients []loopResult `json:"clients,omitempty"`
-	Dir     string       `json:"dir,omitempty"`
-	Err     string       `json:"error,omitempty"`
+	WaitMS  float64                `json:"wait_ms"`
+	HoldMS  float64                `json:"hold_ms"`
+	CycleMS float64                `json:"cycle_ms"`
+	GapMS   float64                `json:"gap_ms"`
+	CPU     CPUUse                 `json:"cpu"`
+	Clients []workloads.LoopResult `json:"clients,omitempty"`
+	Dir     string                 `json:"dir,omitempty"`
+	Err     string                 `json:"error,omitempty"`
 }
 
 type recordData struct {
@@ -387,7 +373,7 @@ func recordLoop(ctx context.Context, env *dockerEnv, rt *docker.Runtime, round, 
 	}
 	for _, n := range nodes {
 		text := logs(ctx, n)
-		var r loopResult
+		var r workloads.LoopResult
 		ok := false
 		for _, l := range strings.Split(text, "\n") {
 			if strings.HasPrefix(l, `{"mode"`) && json.Unmarshal([]byte(l), &r) == nil {

@@ -33,28 +33,6 @@ const (
 	benchAgentRecord = "agent-record"
 )
 
-// benchLoopResult is what bench-loop prints, one JSON line.
-type benchLoopResult struct {
-	Mode   string `json:"mode"`
-	Client string `json:"client"`
-	// Ops counts finished critical sections, OK those that completed ok.
-	Ops int            `json:"ops"`
-	OK  int            `json:"ok"`
-	Err map[string]int `json:"errors,omitempty"`
-	// StartLag is how late the loop started after --start-at.
-	StartLag time.Duration `json:"start_lag_ns"`
-	// Elapsed is from the start to the end of the last operation.
-	Elapsed time.Duration `json:"elapsed_ns"`
-	// CPU is this process's user+system CPU time.
-	CPU time.Duration `json:"cpu_ns"`
-	// Wait and Hold are the mean time to acquire and the mean hold (grant
-	// to the start of the release) of the ok critical sections.
-	Wait time.Duration `json:"wait_mean_ns"`
-	Hold time.Duration `json:"hold_mean_ns"`
-
-	waitSum, holdSum time.Duration
-}
-
 // newBenchLoopCmd is the client side of `go run ./bench record`: it does
 // the harness's critical section (acquire with the recipe's own Locker,
 // read, work, write read+1, release) in a tight loop for --duration and
@@ -92,7 +70,7 @@ func newBenchLoopCmd(_ *globalFlags) *cobra.Command {
 					time.Sleep(d)
 				}
 			}
-			res := benchLoopResult{Mode: mode, Client: cfg.Client, Err: map[string]int{}}
+			res := workloads.LoopResult{Mode: mode, Client: cfg.Client}
 			if startAt > 0 {
 				res.StartLag = max(0, time.Since(time.Unix(0, startAt)))
 			}
@@ -111,9 +89,7 @@ func newBenchLoopCmd(_ *globalFlags) *cobra.Command {
 				return err
 			}
 			res.CPU = processCPU()
-			if res.OK > 0 {
-				res.Wait, res.Hold = res.waitSum/time.Duration(res.OK), res.holdSum/time.Duration(res.OK)
-			}
+			res.Finish()
 			return json.NewEncoder(cmd.OutOrStdout()).Encode(res)
 		},
 	}
@@ -130,7 +106,7 @@ func newBenchLoopCmd(_ *globalFlags) *cobra.Command {
 
 // benchBareLoop is the agent's unfenced critical section without the
 // agent: the same Locker, store client and timeouts.
-func benchBareLoop(ctx context.Context, cfg agent.Config, keys int, d time.Duration, seed uint64, res *benchLoopResult) error {
+func benchBareLoop(ctx context.Context, cfg agent.Config, keys int, d time.Duration, seed uint64, res *workloads.LoopResult) error {
 	factory, ok := catalog.Lockers()[cfg.Recipe.Kind]
 	if !ok {
 		return fmt.Errorf("unknown lock recipe %q", cfg.Recipe.Kind)
@@ -146,15 +122,7 @@ func benchBareLoop(ctx context.Context, cfg agent.Config, keys int, d time.Durat
 	deadline := start.Add(d)
 	for time.Now().Before(deadline) {
 		key := workloads.Key(rng.IntN(keys))
-		kind, wait, hold := benchCriticalSection(ctx, cfg, locker, st, key)
-		res.Ops++
-		if kind == "" {
-			res.OK++
-			res.waitSum += wait
-			res.holdSum += hold
-		} else {
-			res.Err[kind]++
-		}
+		res.Count(benchCriticalSection(ctx, cfg, locker, st, key))
 	}
 	res.Elapsed = time.Since(start)
 	return nil
@@ -197,7 +165,7 @@ func benchCriticalSection(ctx context.Context, cfg agent.Config, l targets.Locke
 
 // benchAgentLoop runs the real agent in this process over pipes, driven by
 // the counter workload and the harness's client, recording to path.
-func benchAgentLoop(ctx context.Context, cfg agent.Config, keys int, d time.Duration, seed uint64, path string, res *benchLoopResult) error {
+func benchAgentLoop(ctx context.Context, cfg agent.Config, keys int, d time.Duration, seed uint64, path string, res *workloads.LoopResult) error {
 	// OS pipes, buffered like the container's attached stdio (io.Pipe
 	// would block every event until the client read it).
 	reqR, reqW, err := os.Pipe()
@@ -226,13 +194,10 @@ func benchAgentLoop(ctx context.Context, cfg agent.Config, keys int, d time.Dura
 		if e.F != history.FCriticalSection || !e.IsCompletion() {
 			return
 		}
-		res.Ops++
 		if e.Type == history.OK {
-			res.OK++
-			res.waitSum += time.Duration(e.Wait)
-			res.holdSum += time.Duration(e.Hold)
+			res.Count("", time.Duration(e.Wait), time.Duration(e.Hold))
 		} else {
-			res.Err[string(e.Type)+":"+e.Error]++
+			res.Count(string(e.Type)+":"+e.Error, 0, 0)
 		}
 	})
 	rec := history.NewRecorder(hw, history.NewMonotonicClock())

@@ -62,6 +62,26 @@ func (g *Gate) Wait() {
 	<-ch
 }
 
+// WaitContext blocks while the gate is closed, or until ctx is done; it
+// returns ctx's error in that case. A service in a stopped node that a
+// caller waits on with a deadline is one the caller cannot reach.
+func (g *Gate) WaitContext(ctx context.Context) error {
+	g.mu.Lock()
+	ch := g.open
+	g.mu.Unlock()
+	select {
+	case <-ch:
+		return nil
+	default:
+	}
+	select {
+	case <-ch:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
 // Stopped reports whether the gate is closed.
 func (g *Gate) Stopped() bool {
 	g.mu.Lock()

@@ -13,7 +13,8 @@
 // stale holder's write can land between a newer holder's read and its write,
 // and both writes are accepted. [Store.Read] with a token registers it.
 //
-// [Server] serves a Store over HTTP/JSON and [Client] talks to it.
+// [Server] serves a Store over HTTP/JSON and [Client] talks to it; [Mem] is a
+// client in the same process, with faults to order, for tests.
 package store
 
 import (

@@ -3,12 +3,38 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 )
+
+// api is what Client and Mem both offer.
+type api interface {
+	Read(ctx context.Context, key string, fenced bool, token uint64) (Entry, error)
+	Write(ctx context.Context, key string, value, tag int64, fenced bool, token uint64) (Entry, error)
+}
+
+var (
+	_ api = (*Client)(nil)
+	_ api = (*Mem)(nil)
+)
+
+// clients returns the ways to reach a new store: in process (Mem) and over
+// HTTP (Client); each must apply the same rule.
+func clients(t *testing.T) map[string]func() (api, *Store) {
+	return map[string]func() (api, *Store){
+		"mem": func() (api, *Store) { s := New(); return NewMem(s), s },
+		"http": func() (api, *Store) {
+			s := New()
+			srv := httptest.NewServer((&Server{Store: s}).Handler())
+			t.Cleanup(srv.Close)
+			return NewClient(strings.TrimPrefix(srv.URL, "http://"), time.Second), s
+		},
+	}
+}
 
 func TestFencingRule(t *testing.T) {
 	type step struct {
@@ -31,28 +57,84 @@ func TestFencingRule(t *testing.T) {
 		{"stale read rejected", []step{{fenced: true, token: 7, value: 1}, {read: true, fenced: true, token: 2, stale: true}}, Entry{Value: 1, Token: 7}, 1},
 		{"unfenced write bypasses the check", []step{{fenced: true, token: 7, value: 1}, {value: 5}}, Entry{Value: 5, Token: 7}, 0},
 	}
+	ctx := context.Background()
+	for via, dial := range clients(t) {
+		for _, tt := range tests {
+			t.Run(via+"/"+tt.name, func(t *testing.T) {
+				c, s := dial()
+				for i, st := range tt.steps {
+					var (
+						e   Entry
+						err error
+					)
+					if st.read {
+						e, err = c.Read(ctx, "k", st.fenced, st.token)
+					} else {
+						e, err = c.Write(ctx, "k", st.value, int64(i+1), st.fenced, st.token)
+					}
+					if got := errors.Is(err, ErrStaleToken); got != st.stale {
+						t.Fatalf("step %d: stale=%v, want %v (err %v)", i, got, st.stale, err)
+					}
+					if st.stale && (e != Entry{Token: tt.final.Token}) {
+						t.Fatalf("step %d: a rejection answered %+v, want only the highest token", i, e)
+					}
+				}
+				e, _ := s.Read("k", false, 0)
+				if e.Value != tt.final.Value || e.Token != tt.final.Token {
+					t.Fatalf("final %+v, want %+v", e, tt.final)
+				}
+				if r := s.Stats().Rejections; r != tt.rej {
+					t.Fatalf("rejections %d, want %d", r, tt.rej)
+				}
+			})
+		}
+	}
+}
+
+// TestMemFaults: each fault fails a request as the real client's errors
+// say, and applies it or not as its name says.
+func TestMemFaults(t *testing.T) {
+	ctx := context.Background()
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	tests := []struct {
+		name    string
+		fault   Fault
+		ctx     context.Context
+		gate    func(context.Context) error
+		want    error
+		applied bool
+	}{
+		{"delivered", Deliver, ctx, nil, nil, true},
+		{"refused", Refuse, ctx, nil, ErrUnreachable, false},
+		{"dropped", Drop, ctx, nil, ErrIndeterminate, false},
+		{"answer lost", LoseAnswer, ctx, nil, ErrIndeterminate, true},
+		{"caller gave up", Deliver, cancelled, nil, ErrIndeterminate, false},
+		{"store stopped", Deliver, ctx, func(context.Context) error { return context.DeadlineExceeded }, ErrIndeterminate, false},
+		{"gate passed", Deliver, ctx, func(context.Context) error { return nil }, nil, true},
+	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			s := New()
-			for i, st := range tt.steps {
+		for _, write := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/write=%v", tt.name, write), func(t *testing.T) {
+				m := NewMem(nil)
+				m.SetGate(tt.gate)
 				var err error
-				if st.read {
-					_, err = s.Read("k", st.fenced, st.token)
+				if write {
+					m.Fail(Deliver, tt.fault)
+					_, err = m.Write(tt.ctx, "k", 5, 1, true, 3)
 				} else {
-					_, err = s.Write("k", st.value, int64(i+1), st.fenced, st.token)
+					m.Fail(tt.fault, Deliver)
+					_, err = m.Read(tt.ctx, "k", true, 3)
 				}
-				if got := errors.Is(err, ErrStaleToken); got != st.stale {
-					t.Fatalf("step %d: stale=%v, want %v (err %v)", i, got, st.stale, err)
+				if !errors.Is(err, tt.want) {
+					t.Fatalf("err %v, want %v", err, tt.want)
 				}
-			}
-			e, _ := s.Read("k", false, 0)
-			if e.Value != tt.final.Value || e.Token != tt.final.Token {
-				t.Fatalf("final %+v, want %+v", e, tt.final)
-			}
-			if r := s.Stats().Rejections; r != tt.rej {
-				t.Fatalf("rejections %d, want %d", r, tt.rej)
-			}
-		})
+				e, _ := m.Store().Read("k", false, 0)
+				if applied := e.Token == 3; applied != tt.applied {
+					t.Fatalf("applied %v, want %v (%+v)", applied, tt.applied, e)
+				}
+			})
+		}
 	}
 }
 

@@ -243,9 +243,12 @@ func (a *agent) criticalSection(ctx context.Context, op OpRequest) (res Result) 
 }
 
 // readModifyWrite reads the counter, works, and writes read+1, presenting
-// token when the operation is fenced.
+// token when the operation is fenced (and no token otherwise).
 func (a *agent) readModifyWrite(ctx context.Context, op OpRequest, token uint64) (res Result) {
 	fenced := op.Fenced && !op.Bypass
+	if !fenced {
+		token = 0
+	}
 	a.deps.Step()
 	e, err := a.store.Read(ctx, op.Key, fenced, token)
 	if err != nil {

@@ -8,19 +8,21 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/splitbrain/splitbrain/targets/inmem"
 )
 
 // fsmHarness applies commands to an fsm at increasing log indexes.
 type fsmHarness struct {
 	tb    testing.TB
-	clock *fakeClock
+	clock *inmem.FakeClock
 	f     *fsm
 	index uint64
 	term  uint64
 }
 
 func newFSMHarness(tb testing.TB) *fsmHarness {
-	clock := newFakeClock()
+	clock := inmem.NewFakeClock(time.Now())
 	return &fsmHarness{tb: tb, clock: clock, f: newFSM(clock, 10*time.Second, time.Second), term: 1}
 }
 

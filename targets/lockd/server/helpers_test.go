@@ -14,29 +14,11 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/splitbrain/splitbrain/targets/inmem"
 )
 
-// fakeClock is a Clock that moves only when told to.
-type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-var _ Clock = (*fakeClock)(nil)
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Now()} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
+var _ Clock = (*inmem.FakeClock)(nil)
 
 // tbWriter writes log lines to tb until the test ends.
 type tbWriter struct {
@@ -90,7 +72,7 @@ func testConfig(id string, peers []Peer) Config {
 // transports, with bolt stores in temp dirs and one shared fake clock.
 type testCluster struct {
 	tb    testing.TB
-	clock *fakeClock
+	clock *inmem.FakeClock
 	log   *slog.Logger
 
 	mu    sync.Mutex
@@ -142,7 +124,7 @@ func newCluster(tb testing.TB, size int, opts ...clusterOption) *testCluster {
 	tb.Helper()
 	c := &testCluster{
 		tb:    tb,
-		clock: newFakeClock(),
+		clock: inmem.NewFakeClock(time.Now()),
 		log:   testLogger(tb),
 		cut:   map[[2]int]bool{},
 		nodes: make([]*node, size),

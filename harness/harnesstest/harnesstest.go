@@ -1,0 +1,100 @@
+// Package harnesstest runs the harness in memory, as net/http/httptest runs
+// a server: nodes are goroutines on the in-memory runtime (runtime/memrt),
+// the lock backend is targets/inmem, the counter store a store.Mem, and
+// each client is the real agent, driven over pipes. Stopping a node
+// freezes what goes through it; killing the lock node makes the service
+// unavailable until it restarts.
+//
+// It serves the tests of the harness and of what drives it (scenarios);
+// only tests import it (internal/layers.TestOnly).
+package harnesstest
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/splitbrain/splitbrain/harness"
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/memrt"
+	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/inmem"
+	"github.com/splitbrain/splitbrain/targets/store"
+	"github.com/splitbrain/splitbrain/workloads/agent"
+)
+
+// World wires harness runs in memory. Each run gets its own runtime, lock
+// service and store, as a real run gets fresh containers; the last run's
+// stay for the test to look at. The zero World is ready to use.
+type World struct {
+	// Service configures each run's lock service.
+	Service inmem.Options
+	// Target is the backend; its Alias renames it, so that a scenario
+	// written for another backend runs on the in-memory service.
+	Target inmem.Target
+
+	mu   sync.Mutex
+	last Run
+}
+
+// Run is what one harness run was wired from.
+type Run struct {
+	Runtime *memrt.Runtime
+	Locks   *inmem.Service
+	Store   *store.Mem
+}
+
+// Last returns the latest run's parts (zero before any run).
+func (w *World) Last() Run {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last
+}
+
+// Deps returns the harness's dependencies for runs in w; the harness's
+// warnings and errors go to tb's log.
+func (w *World) Deps(tb testing.TB) harness.Deps {
+	return harness.Deps{
+		Targets: map[string]targets.Target{w.Target.Name(): w.Target},
+		NewRuntime: func(context.Context, string, bool, *slog.Logger) (runtime.Runtime, error) {
+			r := w.newRun()
+			return r.Runtime, nil
+		},
+		Log: slog.New(slog.NewTextHandler(tbWriter{tb}, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	}
+}
+
+func (w *World) newRun() Run {
+	locks, st := inmem.NewService(w.Service), store.NewMem(nil)
+	programs := map[string]memrt.Program{
+		inmem.Role: locks.Program(),
+		runtime.RoleStore: func(ctx context.Context, p *memrt.Proc) error {
+			st.SetGate(p.Gate.WaitContext)
+			<-ctx.Done()
+			return nil
+		},
+		runtime.RoleClient: func(ctx context.Context, p *memrt.Proc) error {
+			return agent.Serve(ctx, p.Stdin, p.Stdout, agent.Deps{
+				Lockers:   map[string]targets.LockerFactory{inmem.Kind: locks.Factory()},
+				DialStore: func(string, time.Duration) agent.Store { return st },
+				Step:      p.Gate.Wait,
+			})
+		},
+	}
+	r := Run{Runtime: memrt.New(programs, nil), Locks: locks, Store: st}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last = r
+	return r
+}
+
+// tbWriter writes to a test's log, so that it shows only on failure.
+type tbWriter struct{ tb testing.TB }
+
+func (w tbWriter) Write(p []byte) (int, error) {
+	w.tb.Helper()
+	w.tb.Log(string(p))
+	return len(p), nil
+}

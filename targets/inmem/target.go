@@ -1,0 +1,78 @@
+package inmem
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/targets"
+)
+
+// Target runs a [Service] as a one-node backend on the in-memory runtime:
+// the runtime's program for role [Role] is the service's
+// [Service.Program], and the agents' locker factory for kind [Kind] is its
+// [Service.Factory]. The agents reach the service in process, so the target
+// has no use on a runtime whose clients run elsewhere.
+type Target struct {
+	// Alias, when set, is the target's name instead of [Name]: a test can
+	// run a scenario written for another backend on the service.
+	Alias string
+}
+
+var (
+	_ targets.Target = Target{}
+	_ targets.Sizer  = Target{}
+)
+
+// Name implements targets.Target.
+func (t Target) Name() string {
+	if t.Alias != "" {
+		return t.Alias
+	}
+	return Name
+}
+
+// Roles implements targets.Target.
+func (Target) Roles() []string { return []string{Role} }
+
+// Size implements targets.Sizer: one node.
+func (Target) Size() int { return 1 }
+
+// Leads implements targets.Sizer: one node has no leader to isolate.
+func (Target) Leads() bool { return false }
+
+// Start implements targets.Target: it starts node n1 and returns a cluster
+// whose recipe is of kind [Kind], with the run's TTL and recipe options
+// (see [ParseOptions]).
+func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
+	if _, err := ParseOptions(opts.RecipeOptions); err != nil {
+		return nil, err
+	}
+	n, err := rt.Start(ctx, runtime.NodeSpec{
+		Name: "n1", Role: Role, Image: opts.Images[Role],
+		Caps: append([]string{runtime.CapNetAdmin}, opts.ExtraCaps...),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start inmem: %w", err)
+	}
+	return &Cluster{node: n, recipe: targets.RecipeConfig{
+		Kind: Kind, Endpoints: []string{n.Addr().String()}, TTL: targets.Duration(opts.TTL), Options: opts.RecipeOptions,
+	}}, nil
+}
+
+// Cluster is a started [Target].
+type Cluster struct {
+	node   runtime.Node
+	recipe targets.RecipeConfig
+}
+
+var _ targets.Cluster = (*Cluster)(nil)
+
+// Nodes implements targets.Cluster.
+func (c *Cluster) Nodes() []runtime.Node { return []runtime.Node{c.node} }
+
+// Recipe implements targets.Cluster.
+func (c *Cluster) Recipe() targets.RecipeConfig { return c.recipe }
+
+// Versions implements targets.Cluster.
+func (c *Cluster) Versions(context.Context) map[string]string { return map[string]string{Name: "1"} }
