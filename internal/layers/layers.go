@@ -53,7 +53,8 @@ var Table = []Layer{
 	{"catalogue", []string{"catalog"}},
 	{"drive & judge", []string{"workloads", "workloads/...", "checkers", "checkers/..."}},
 	{"wiring", []string{"harness"}},
-	{"presentation", []string{"report", "scenario"}},
+	{"scenarios", []string{"scenario"}},
+	{"presentation", []string{"report"}},
 	{"top", []string{"cmd/...", "bench"}},
 }
 
