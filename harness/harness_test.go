@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,7 +16,6 @@ import (
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/memrt"
 	"github.com/splitbrain/splitbrain/targets"
-	"github.com/splitbrain/splitbrain/targets/redis"
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads/agent"
 )
@@ -52,8 +52,17 @@ func (w *memWorld) gate(name string) *memrt.Gate {
 // memTarget is a target whose lock service is memWorld's.
 type memTarget struct{ w *memWorld }
 
-func (memTarget) Name() string    { return "mem" }
-func (memTarget) Roles() []string { return []string{"memlock"} }
+// memBackends declares t as the backend "mem": one node of role memlock,
+// no leader.
+func memBackends(t targets.Target) Backends {
+	return func(name string) (targets.Backend, error) {
+		if name != "mem" {
+			return targets.Backend{}, fmt.Errorf("unknown target %q (known: mem)", name)
+		}
+		return targets.Backend{Name: "mem", Target: t, Roles: []targets.Role{{Name: "memlock"}}, Size: 1, Recipe: "mem"}, nil
+	}
+}
+
 func (t memTarget) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
 	n, err := rt.Start(ctx, runtime.NodeSpec{Name: "n1", Role: "memlock"})
 	if err != nil {
@@ -152,7 +161,7 @@ func memDeps(t *testing.T, w *memWorld) Deps {
 		},
 	}
 	return Deps{
-		Targets: map[string]targets.Target{"mem": memTarget{w: w}},
+		Backends: memBackends(memTarget{w: w}),
 		NewRuntime: func(context.Context, string, bool, *slog.Logger) (runtime.Runtime, error) {
 			w.rt = memrt.New(programs, nil)
 			return w.rt, nil
@@ -350,17 +359,17 @@ func TestConfigValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()
-			c.ResultsDir = dir
+			c.Target, c.ResultsDir = "mem", dir
 			tt.mod(&c)
-			err := c.Validate(map[string]targets.Target{"redis": redis.Target{}})
+			err := c.Validate(memBackends(memTarget{}))
 			if err == nil || !IsBadInput(err) {
 				t.Fatalf("got %v, want an input error", err)
 			}
 		})
 	}
 	c := DefaultConfig()
-	c.ResultsDir = dir
-	if err := c.Validate(map[string]targets.Target{"redis": redis.Target{}}); err != nil {
+	c.Target, c.ResultsDir = "mem", dir
+	if err := c.Validate(memBackends(memTarget{})); err != nil {
 		t.Fatalf("default config invalid: %v", err)
 	}
 }
