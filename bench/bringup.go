@@ -85,7 +85,7 @@ func runBringup(args []string) error {
 	}
 	c.begin("bringup", args)
 	ctx := context.Background()
-	env, err := connectDocker(ctx, images.Roles...)
+	env, err := connectDocker(ctx, images.Roles()...)
 	if err != nil {
 		return err
 	}
@@ -108,14 +108,14 @@ func runBringup(args []string) error {
 	b := images.NewBuilder(env.cli, nil)
 	rec := &lineClock{}
 	b.Progress = rec
-	if _, err := b.Ensure(ctx, images.Roles); err != nil {
+	if _, err := b.Ensure(ctx, images.Roles()); err != nil {
 		return err
 	}
 	var ensMS []float64
 	for r := 1; r <= *rounds; r++ {
 		rec.reset()
 		start := time.Now()
-		if _, err := b.Ensure(ctx, images.Roles); err != nil {
+		if _, err := b.Ensure(ctx, images.Roles()); err != nil {
 			return err
 		}
 		total := time.Since(start)
@@ -238,7 +238,7 @@ func ensureParts(ctx context.Context, env *dockerEnv, b *images.Builder, rounds 
 		wd, _ := os.Getwd()
 		root, _ = images.FindSource(wd)
 	}
-	arts, err := b.Artifacts(ctx, images.Roles)
+	arts, err := b.Artifacts(ctx, images.Roles())
 	if err != nil {
 		logf("artifacts: %v", err)
 	}
@@ -250,7 +250,7 @@ func ensureParts(ctx context.Context, env *dockerEnv, b *images.Builder, rounds 
 	}
 	for range rounds {
 		timeIt("TreeHash(repository) [splitbrain binary's cache key]", func() { _, _ = images.TreeHash(root) })
-		timeIt("TreeHash(targets/etcd/build) [etcd binary's cache key]", func() { _, _ = images.TreeHash(filepath.Join(root, images.EtcdBuildDir)) })
+		timeIt("TreeHash(targets/etcd/build) [etcd binary's cache key]", func() { _, _ = images.TreeHash(filepath.Join(root, etcd.BuildDir)) })
 		for _, a := range arts {
 			timeIt(fmt.Sprintf("sha256 %s (%.0f MB; once per role image that has it)", a.Name, sizeMB(a.Path)), func() { _ = sha256File(a.Path) })
 		}

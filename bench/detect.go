@@ -18,7 +18,7 @@ import (
 	"github.com/splitbrain/splitbrain/report"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/docker"
-	"github.com/splitbrain/splitbrain/targets/catalog"
+	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/workloads"
 )
 
@@ -99,11 +99,11 @@ func runDetect(args []string) error {
 	targetNames := splitComma(*tgts)
 	roles := []string{runtime.RoleStore, runtime.RoleClient}
 	for _, t := range targetNames {
-		tt, ok := catalog.Targets()[t]
-		if !ok {
-			return fmt.Errorf("unknown target %q", t)
+		b, err := targets.Lookup(t)
+		if err != nil {
+			return err
 		}
-		roles = append(roles, tt.Roles()...)
+		roles = append(roles, b.RoleNames()...)
 	}
 	ctx := context.Background()
 	env, err := connectDocker(ctx, roles...)

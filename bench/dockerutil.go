@@ -21,7 +21,9 @@ import (
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/runtime/images"
-	"github.com/splitbrain/splitbrain/targets/catalog"
+
+	// Every backend we ship registers itself.
+	_ "github.com/splitbrain/splitbrain/catalog"
 )
 
 // dockerEnv is a connection to the engine and the images of every role.
@@ -77,7 +79,6 @@ func closeRuntime(rt runtime.Runtime) {
 // (cmd/splitbrain/run.go), with the images already built.
 func (d *dockerEnv) harnessDeps(log *slog.Logger, control string) harness.Deps {
 	return harness.Deps{
-		Targets: catalog.Targets(),
 		Images: func(ctx context.Context, roles []string) (map[string]string, error) {
 			out := map[string]string{}
 			for _, r := range roles {

@@ -12,7 +12,6 @@ import (
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/nemesis/clock"
 	"github.com/splitbrain/splitbrain/targets"
-	"github.com/splitbrain/splitbrain/targets/redis"
 	"github.com/splitbrain/splitbrain/workloads"
 )
 
@@ -103,10 +102,11 @@ type Config struct {
 	Bypass string `json:"bypass,omitempty"`
 }
 
-// DefaultConfig is a 30 s Redis unfenced-counter run under pauses.
+// DefaultConfig is a 30 s unfenced-counter run under pauses, of the
+// default backend (targets.Default).
 func DefaultConfig() Config {
 	return Config{
-		Target:          "redis",
+		Target:          targets.Default(),
 		Workload:        workloads.UnfencedCounter,
 		Nemesis:         "pause",
 		TimeLimit:       30 * time.Second,
@@ -142,17 +142,17 @@ func (c Config) Schedule() nemesis.Schedule {
 	return nemesis.Schedule{Interval: c.NemesisInterval, MinDuration: lo, MaxDuration: hi}
 }
 
-// Validate returns an InputError naming the first problem. known maps
-// target names to targets.
-func (c Config) Validate(known map[string]targets.Target) error {
-	var targetNames []string
-	for n := range known {
-		targetNames = append(targetNames, n)
+// Validate returns an InputError naming the first problem. backends
+// resolves the target's name (nil: targets.Lookup).
+func (c Config) Validate(backends Backends) error {
+	b, err := c.backend(backends)
+	if err != nil {
+		return err
 	}
-	slices.Sort(targetNames)
+	if err := b.CheckOptions(c.RecipeOptions); err != nil {
+		return BadInput("--recipe-opt: %v", err)
+	}
 	switch {
-	case !slices.Contains(targetNames, c.Target):
-		return BadInput("unknown target %q (known: %s)", c.Target, strings.Join(targetNames, ", "))
 	case !slices.Contains(workloads.Names(), c.Workload):
 		return BadInput("unknown workload %q (known: %s)", c.Workload, strings.Join(workloads.Names(), ", "))
 	case c.TimeLimit <= 0:
@@ -185,7 +185,7 @@ func (c Config) Validate(known map[string]targets.Target) error {
 	if err := c.clockNemesis().Validate(); err != nil {
 		return BadInput("clock nemesis: %v (check --clock-modes, --clock-min, --clock-max, --clock-direction)", err)
 	}
-	nems, err := nemesis.Parse(c.Nemesis, Nemeses(c, known[c.Target]))
+	nems, err := nemesis.Parse(c.Nemesis, Nemeses(c, b))
 	if err != nil {
 		return BadInput("--nemesis: %v", err)
 	}
@@ -195,23 +195,13 @@ func (c Config) Validate(known map[string]targets.Target) error {
 		}
 	}
 	if c.Partitions != "" {
-		size, leads := shape(known[c.Target])
 		for _, t := range splitList(c.Partitions) {
-			if err := nemesis.CheckTopology(t, size, leads); err != nil {
+			if err := nemesis.CheckTopology(t, b.Size, b.Leads); err != nil {
 				return BadInput("--partitions: %v", err)
 			}
 		}
 	}
 	return checkWritable(c.ResultsDir)
-}
-
-// shape is a target's lock-node count and whether one leads (1, false when
-// the target does not say).
-func shape(t targets.Target) (int, bool) {
-	if s, ok := t.(targets.Sizer); ok {
-		return s.Size(), s.Leads()
-	}
-	return 1, false
 }
 
 func splitList(s string) []string {
@@ -238,8 +228,8 @@ func checkWritable(dir string) error {
 	return nil
 }
 
-// Nemeses returns the nemeses a config can name for target t.
-func Nemeses(c Config, t targets.Target) map[string]nemesis.Nemesis {
+// Nemeses returns the nemeses a config can name for backend b.
+func Nemeses(c Config, b targets.Backend) map[string]nemesis.Nemesis {
 	pw, err := nemesis.Weights(c.PauseTargets, nemesis.PauseGroups)
 	if err != nil {
 		pw = map[string]int{nemesis.GroupHolder: 1}
@@ -250,15 +240,16 @@ func Nemeses(c Config, t targets.Target) map[string]nemesis.Nemesis {
 	}
 	topos := splitList(c.Partitions)
 	if len(topos) == 0 {
-		size, leads := shape(t)
 		for _, name := range nemesis.Topologies() {
-			if nemesis.CheckTopology(name, size, leads) == nil {
+			if nemesis.CheckTopology(name, b.Size, b.Leads) == nil {
 				topos = append(topos, name)
 			}
 		}
 	}
+	cn := c.clockNemesis()
+	cn.Shims = clockShims(b)
 	return map[string]nemesis.Nemesis{
-		"clock":     c.clockNemesis(),
+		"clock":     cn,
 		"pause":     &nemesis.Pause{Weights: pw, HolderWait: time.Second},
 		"kill":      &nemesis.Kill{Weights: kw, HolderWait: time.Second},
 		"partition": &nemesis.Partition{Topologies: topos},
@@ -278,9 +269,10 @@ func (c Config) ClockOffsets() (lo, hi time.Duration) {
 	return lo, hi
 }
 
-// clockNemesis is the clock nemesis the config asks for. Redis nodes are
-// skewed through the LD_PRELOAD shim (verified by the server's TIME), all
-// other processes by vDSO injection.
+// clockNemesis is the clock nemesis the config asks for, without the
+// target's shims (Nemeses adds them: the roles that run under the
+// LD_PRELOAD shim are skewed through it, all other processes by vDSO
+// injection).
 func (c Config) clockNemesis() *clock.Nemesis {
 	w, err := nemesis.Weights(c.ClockTargets, clock.Groups)
 	if err != nil {
@@ -291,7 +283,6 @@ func (c Config) clockNemesis() *clock.Nemesis {
 		Modes: splitList(c.ClockModes), Weights: w, MinOffset: lo, MaxOffset: hi,
 		Direction: c.ClockDirection, Monotonic: c.ClockMonotonic,
 		StrobeMin: c.ClockStrobeMin, StrobeMax: c.ClockStrobeMax, HolderWait: time.Second,
-		Shims: map[string]clock.Shim{redis.Role: {Now: redis.ServerTime}},
 	}
 }
 

@@ -1,14 +1,25 @@
 package harness
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/splitbrain/splitbrain/targets"
-	"github.com/splitbrain/splitbrain/targets/redis"
+	"github.com/splitbrain/splitbrain/targets/inmem"
 )
+
+// oneBackend resolves only the in-memory backend, under the name "redis"
+// (the default config's target).
+func oneBackend(name string) (targets.Backend, error) {
+	b := inmem.Target{Alias: "redis"}.Backend()
+	if name != b.Name {
+		return targets.Backend{}, fmt.Errorf("unknown target %q (known: %s)", name, b.Name)
+	}
+	return b, nil
+}
 
 func TestConfigValidate(t *testing.T) {
 	dir := t.TempDir()
@@ -39,17 +50,17 @@ func TestConfigValidate(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c := DefaultConfig()
-			c.ResultsDir = dir
+			c.Target, c.ResultsDir = "redis", dir
 			tt.mod(&c)
-			err := c.Validate(map[string]targets.Target{"redis": redis.Target{}})
+			err := c.Validate(oneBackend)
 			if err == nil || !IsBadInput(err) {
 				t.Fatalf("got %v, want an input error", err)
 			}
 		})
 	}
 	c := DefaultConfig()
-	c.ResultsDir = dir
-	if err := c.Validate(map[string]targets.Target{"redis": redis.Target{}}); err != nil {
+	c.Target, c.ResultsDir = "redis", dir
+	if err := c.Validate(oneBackend); err != nil {
 		t.Fatalf("default config invalid: %v", err)
 	}
 }

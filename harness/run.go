@@ -41,8 +41,9 @@ import (
 
 // Deps are the parts a run is wired from.
 type Deps struct {
-	// Targets maps a target name to its implementation.
-	Targets map[string]targets.Target
+	// Backends resolves the target's name; nil means targets.Lookup
+	// (every registered backend).
+	Backends Backends
 	// NewRuntime creates the run's runtime.
 	NewRuntime func(ctx context.Context, runID string, keep bool, log *slog.Logger) (runtime.Runtime, error)
 	// Images returns the image of each role, building what is missing; nil
@@ -82,7 +83,7 @@ const (
 // (whatever its verdict); with an error the results directory, if it was
 // created, still holds what was recorded.
 func Run(ctx context.Context, cfg Config, deps Deps) (out *Outcome, err error) {
-	if err := cfg.Validate(deps.Targets); err != nil {
+	if err := cfg.Validate(deps.Backends); err != nil {
 		return nil, err
 	}
 	if deps.Hard == nil {
@@ -205,7 +206,10 @@ func (r *run) phase(name string, f func() error) error {
 }
 
 func (r *run) execute(ctx context.Context) error {
-	target := r.deps.Targets[r.cfg.Target]
+	backend, err := r.cfg.backend(r.deps.Backends)
+	if err != nil {
+		return err
+	}
 	wl, err := workloads.New(r.cfg.Workload, workloads.CounterOptions{
 		Keys: r.cfg.Keys, OpTimeout: r.cfg.OpTimeout, Seed: r.cfg.Seed, Log: r.log, Work: r.cfg.Work,
 		Bypass: splitList(r.cfg.Bypass),
@@ -213,7 +217,7 @@ func (r *run) execute(ctx context.Context) error {
 	if err != nil {
 		return &InputError{Err: err}
 	}
-	nems, err := nemesis.Parse(r.cfg.Nemesis, Nemeses(r.cfg, target))
+	nems, err := nemesis.Parse(r.cfg.Nemesis, Nemeses(r.cfg, backend))
 	if err != nil {
 		return &InputError{Err: err}
 	}
@@ -233,7 +237,7 @@ func (r *run) execute(ctx context.Context) error {
 		cluster targets.Cluster
 	)
 	err = r.phase("setup", func() error {
-		roles := append([]string{roleStore, roleClient}, target.Roles()...)
+		roles := append([]string{roleStore, roleClient}, backend.RoleNames()...)
 		if r.deps.Images != nil {
 			if imgs, err = r.deps.Images(hard, roles); err != nil {
 				return fmt.Errorf("images: %w", err)
@@ -251,7 +255,7 @@ func (r *run) execute(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		cluster, err = target.Start(hard, r.rt, targets.Options{Images: imgs, TTL: r.cfg.LeaseTTL, RecipeOptions: r.cfg.RecipeOptions, ExtraCaps: nodeCaps, Log: r.log})
+		cluster, err = backend.Target.Start(hard, r.rt, targets.Options{Images: imgs, TTL: r.cfg.LeaseTTL, RecipeOptions: r.cfg.RecipeOptions, ExtraCaps: nodeCaps, Log: r.log})
 		if err != nil {
 			return fmt.Errorf("start %s: %w", r.cfg.Target, err)
 		}

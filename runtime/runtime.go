@@ -45,7 +45,7 @@ const (
 type NodeSpec struct {
 	// Name is unique within a run ("n1", "store", "c3").
 	Name string
-	// Role says what the node is for ("redis", "store", "client", ...).
+	// Role says what the node is for: "store", "client", or a backend's role.
 	Role string
 	// Image is the container image (ignored by runtimes without images).
 	Image string

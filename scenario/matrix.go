@@ -19,6 +19,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
+	"github.com/splitbrain/splitbrain/targets"
 )
 
 //go:embed sets/*.yaml
@@ -197,11 +198,11 @@ func (rn *Runner) Run(ctx context.Context, set *Set) *Matrix {
 		if v, _ := parseVerdict(e.Valid); v != nil {
 			expect.Valid = v
 		}
-		targets := e.Targets
-		if len(targets) == 0 {
-			targets = sc.Targets
+		names := e.Targets
+		if len(names) == 0 {
+			names = sc.Targets()
 		}
-		for _, target := range targets {
+		for _, target := range names {
 			for _, seed := range set.Seeds {
 				for rep := range set.Repetitions {
 					if ctx.Err() != nil {
@@ -229,7 +230,16 @@ func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, target string,
 	row := Row{Scenario: sc.Name, AntiPattern: sc.AntiPattern, Target: target, Seed: seed, Expected: expect, Verdict: checkers.Unknown}
 	base := harness.DefaultConfig()
 	base.TimeLimit, base.Seed, base.ResultsDir = set.TimeLimit, seed, rn.ResultsDir
-	cfg, err := sc.Config(target, base)
+	lookup := rn.Deps.Backends
+	if lookup == nil {
+		lookup = targets.Lookup
+	}
+	b, err := lookup(target)
+	if err != nil {
+		row.Error = err.Error()
+		return row
+	}
+	cfg, err := sc.ConfigFor(b, base)
 	if err != nil {
 		row.Error = err.Error()
 		return row

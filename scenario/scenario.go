@@ -9,13 +9,13 @@ package scenario
 
 import (
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
+	"github.com/splitbrain/splitbrain/targets"
 )
 
 // Scenario is one named preset.
@@ -27,11 +27,14 @@ type Scenario struct {
 	// AntiPattern is the number of the lock-safety brief's anti-pattern
 	// the scenario reproduces; 0 is the correct pattern.
 	AntiPattern int
-	// Targets are the backends it applies to.
-	Targets []string
-	// Apply sets the run's options (after the defaults and the set's time
-	// limit, seed and results directory).
-	Apply func(c *harness.Config)
+	// Needs are what a backend must offer for the scenario to apply (all
+	// of them; none: every backend). Scenarios choose backends by what
+	// they declare, never by name, so a new backend gets the scenarios
+	// that fit it.
+	Needs []Need
+	// Apply sets the run's options on backend b (after the defaults and
+	// the set's time limit, seed and results directory).
+	Apply func(c *harness.Config, b targets.Backend)
 	// Expect is the outcome a correct harness must see.
 	Expect Expect
 }
@@ -118,37 +121,94 @@ func (e Expect) Mismatches(r *harness.Results) []string {
 	return out
 }
 
-var allTargets = []string{"redis", "etcd", "lockd"}
+// Need is a property of a backend's declaration a scenario needs.
+type Need struct {
+	// Says what it is, in a few words.
+	Says string
+	// Test reports whether b has it.
+	Test func(b targets.Backend) bool
+}
+
+// Needs of the catalogue.
+var (
+	// SingleNode: one lock node, which partitions cut away whole.
+	SingleNode = Need{"a single lock node", func(b targets.Backend) bool { return b.Size == 1 }}
+	// SeveralMembers: a replicated lock service.
+	SeveralMembers = Need{"several lock nodes", func(b targets.Backend) bool { return b.Size > 1 }}
+	// FixedTTL: a lease that lasts one TTL, never renewed (a long TTL is
+	// then the only way to cover a long critical section).
+	FixedTTL = Need{"a lease that is not renewed", func(b targets.Backend) bool {
+		r, err := b.RunRecipe()
+		return err == nil && !r.Renews
+	}}
+)
+
+// RecipeOption needs the run's recipe to accept --recipe-opt name=value
+// (an anti-pattern switch).
+func RecipeOption(name, value string) Need {
+	return Need{"recipe option " + name + "=" + value, func(b targets.Backend) bool { return b.Accepts(name, value) }}
+}
+
+// AppliesTo reports whether every need of s holds for b.
+func (s Scenario) AppliesTo(b targets.Backend) bool {
+	for _, n := range s.Needs {
+		if !n.Test(b) {
+			return false
+		}
+	}
+	return true
+}
+
+// Targets lists the registered backends s applies to, by name.
+func (s Scenario) Targets() []string {
+	var out []string
+	for _, b := range targets.Backends() {
+		if s.AppliesTo(b) {
+			out = append(out, b.Name)
+		}
+	}
+	return out
+}
+
+// needs says s's needs in a few words.
+func (s Scenario) needs() string {
+	var out []string
+	for _, n := range s.Needs {
+		out = append(out, n.Says)
+	}
+	return strings.Join(out, " and ")
+}
 
 // Catalogue returns every scenario.
 func Catalogue() []Scenario {
 	return []Scenario{
 		{
-			Name: "correct-pattern", AntiPattern: 0, Targets: allTargets,
+			Name: "correct-pattern", AntiPattern: 0,
 			Title: "lease + owner-checked release + fencing keeps the data correct under pauses, partitions and kills",
-			Apply: func(c *harness.Config) {
+			Apply: func(c *harness.Config, b targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys = "fenced-counter", "pause,partition,kill", 2
-				if c.Target == "redis" {
-					// A single Redis forgets its locks and tokens when
-					// killed: anti-pattern 7's business, not this one's.
+				if !b.Durable {
+					// A backend that forgets its locks and tokens when
+					// killed (a single node without persistence):
+					// anti-pattern 7's business, not this one's.
 					c.Nemesis = "pause,partition"
 				}
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), NoEarlyOverlaps: true},
 		},
 		{
-			Name: "holder-lost-recovery", AntiPattern: 0, Targets: allTargets,
+			Name: "holder-lost-recovery", AntiPattern: 0,
 			Title: "a killed holder's lease expires on the service's side and the lock is granted again",
-			Apply: func(c *harness.Config) {
+			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.KillTargets, c.Keys, c.Concurrency = "fenced-counter", "kill", "holder=1", 1, 3
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), Recovers: true, MaxStall: 8 * time.Second, NoEarlyOverlaps: true},
 		},
 		{
-			Name: "no-expiry-deadlock", AntiPattern: 1, Targets: []string{"redis"},
+			Name: "no-expiry-deadlock", AntiPattern: 1, Needs: []Need{RecipeOption("expiry", "none")},
 			Title: "a lock without expiry whose holder is killed deadlocks everyone",
-			Apply: func(c *harness.Config) {
+			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.KillTargets, c.Keys, c.Concurrency = "fenced-counter", "kill", "holder=1", 1, 3
 				c.RecipeOptions = map[string]string{"expiry": "none"}
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
@@ -156,9 +216,9 @@ func Catalogue() []Scenario {
 			Expect: Expect{StallToEnd: true, MinStall: 5 * time.Second},
 		},
 		{
-			Name: "long-ttl-unavailable", AntiPattern: 2, Targets: []string{"redis"},
+			Name: "long-ttl-unavailable", AntiPattern: 2, Needs: []Need{FixedTTL},
 			Title: "a huge TTL keeps the lock unavailable for a whole TTL after its holder is lost",
-			Apply: func(c *harness.Config) {
+			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.KillTargets, c.Keys, c.Concurrency = "fenced-counter", "kill", "holder=1", 1, 3
 				c.LeaseTTL, c.AcquireTimeout = 10*time.Second, 2*time.Second
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
@@ -167,9 +227,9 @@ func Catalogue() []Scenario {
 			Expect: Expect{MinStall: 8 * time.Second, MinBusy: 1},
 		},
 		{
-			Name: "client-clock-expiry", AntiPattern: 3, Targets: []string{"redis"},
+			Name: "client-clock-expiry", AntiPattern: 3, Needs: []Need{RecipeOption("expiry", "client")},
 			Title: "expiry judged by the holder's own wall clock breaks when a client's clock jumps",
-			Apply: func(c *harness.Config) {
+			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys = "unfenced-counter", "clock", 1
 				c.RecipeOptions = map[string]string{"expiry": "client"}
 				c.ClockTargets, c.ClockModes, c.ClockDirection = "client=1", "bump", "forward"
@@ -177,53 +237,53 @@ func Catalogue() []Scenario {
 			Expect: Expect{MinEarlyOverlaps: 1},
 		},
 		{
-			Name: "unchecked-release", AntiPattern: 4, Targets: []string{"redis"},
+			Name: "unchecked-release", AntiPattern: 4, Needs: []Need{RecipeOption("release", "unchecked")},
 			Title: "a release without an ownership check deletes someone else's lock",
-			Apply: func(c *harness.Config) {
+			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.PauseTargets, c.Keys, c.Concurrency = "unfenced-counter", "pause", "holder=1", 1, 4
 				c.RecipeOptions = map[string]string{"release": "unchecked"}
 			},
 			Expect: Expect{MinEarlyOverlaps: 1},
 		},
 		{
-			Name: "unfenced-late-write", AntiPattern: 5, Targets: allTargets,
+			Name: "unfenced-late-write", AntiPattern: 5,
 			Title: "an expiring lock alone lets a paused holder write late and lose increments",
-			Apply: func(c *harness.Config) {
+			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.PauseTargets, c.Keys, c.Concurrency = "unfenced-counter", "pause", "holder=1", 1, 4
 				c.Work, c.NemesisInterval = 300*time.Millisecond, 2*time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
 		{
-			Name: "bypass-writer", AntiPattern: 6, Targets: []string{"redis"},
+			Name: "bypass-writer", AntiPattern: 6, Needs: []Need{SingleNode},
 			Title: "a writer that skips the token beside fenced clients loses updates despite fencing",
-			Apply: func(c *harness.Config) {
+			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency, c.Bypass = "fenced-counter", "none", 1, 4, "c1"
 			},
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
 		{
-			Name: "single-node-away", AntiPattern: 7, Targets: []string{"redis"},
+			Name: "single-node-away", AntiPattern: 7, Needs: []Need{SingleNode},
 			Title: "a single-node lock backend partitioned away stops every client",
-			Apply: func(c *harness.Config) {
+			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Partitions, c.Keys = "fenced-counter", "partition", "locks-away", 2
 				c.AcquireTimeout = time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), MinUnavailable: 3, MinStall: 2 * time.Second},
 		},
 		{
-			Name: "busy-vs-unavailable", AntiPattern: 8, Targets: []string{"etcd", "lockd"},
+			Name: "busy-vs-unavailable", AntiPattern: 8, Needs: []Need{SeveralMembers},
 			Title: "a busy lock and an unreachable lock service are told apart and counted separately",
-			Apply: func(c *harness.Config) {
+			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Partitions, c.Keys, c.Concurrency = "fenced-counter", "partition", "clients-from-locks", 1, 5
 				c.AcquireTimeout = time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), MinBusy: 1, MinUnavailable: 1},
 		},
 		{
-			Name: "late-writer-drill", AntiPattern: 0, Targets: allTargets,
+			Name: "late-writer-drill", AntiPattern: 0,
 			Title: "partition a slow holder from the lock service, heal, and watch fencing stop its late write",
-			Apply: func(c *harness.Config) {
+			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Partitions, c.Keys, c.Concurrency = "fenced-counter", "partition", "clients-from-locks", 1, 4
 				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
 			},
@@ -245,13 +305,24 @@ func Lookup(name string) (Scenario, error) {
 	return Scenario{}, fmt.Errorf("unknown scenario %q (known: %s)", name, strings.Join(names, ", "))
 }
 
-// Config returns the run options of s on target.
+// Config returns the run options of s on the registered backend called
+// target.
 func (s Scenario) Config(target string, base harness.Config) (harness.Config, error) {
-	if !slices.Contains(s.Targets, target) {
-		return base, fmt.Errorf("scenario %s does not apply to target %s (it does to %s)", s.Name, target, strings.Join(s.Targets, ", "))
+	b, err := targets.Lookup(target)
+	if err != nil {
+		return base, err
+	}
+	return s.ConfigFor(b, base)
+}
+
+// ConfigFor returns the run options of s on backend b.
+func (s Scenario) ConfigFor(b targets.Backend, base harness.Config) (harness.Config, error) {
+	if !s.AppliesTo(b) {
+		return base, fmt.Errorf("scenario %s does not apply to target %s: it needs %s (it applies to %s)",
+			s.Name, b.Name, s.needs(), strings.Join(s.Targets(), ", "))
 	}
 	c := base
-	c.Target = target
-	s.Apply(&c)
+	c.Target = b.Name
+	s.Apply(&c, b)
 	return c, nil
 }

@@ -12,26 +12,26 @@ import (
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/internal/testenv"
-	"github.com/splitbrain/splitbrain/targets/catalog"
+
+	_ "github.com/splitbrain/splitbrain/catalog"
 )
 
 func TestCatalogueCoversEveryAntiPattern(t *testing.T) {
 	seen := map[int]bool{}
 	names := map[string]bool{}
-	known := catalog.Targets()
 	for _, s := range Catalogue() {
 		if names[s.Name] {
 			t.Fatalf("scenario %s twice", s.Name)
 		}
 		names[s.Name] = true
 		seen[s.AntiPattern] = true
-		for _, target := range s.Targets {
+		for _, target := range s.Targets() {
 			cfg, err := s.Config(target, harness.DefaultConfig())
 			if err != nil {
 				t.Fatal(err)
 			}
 			cfg.ResultsDir = t.TempDir()
-			if err := cfg.Validate(known); err != nil {
+			if err := cfg.Validate(nil); err != nil {
 				t.Errorf("%s on %s: %v", s.Name, target, err)
 			}
 		}
@@ -45,6 +45,42 @@ func TestCatalogueCoversEveryAntiPattern(t *testing.T) {
 		if _, err := LoadSet(set); err != nil {
 			t.Errorf("set %s: %v", set, err)
 		}
+	}
+}
+
+// TestTargetsFromDeclarations: the backends each scenario applies to,
+// computed from what the shipped backends declare, are the ones the
+// catalogue named before it chose by declaration.
+func TestTargetsFromDeclarations(t *testing.T) {
+	all := "etcd,lockd,redis"
+	want := map[string]string{
+		"correct-pattern":      all,
+		"holder-lost-recovery": all,
+		"no-expiry-deadlock":   "redis",
+		"long-ttl-unavailable": "redis",
+		"client-clock-expiry":  "redis",
+		"unchecked-release":    "redis",
+		"unfenced-late-write":  all,
+		"bypass-writer":        "redis",
+		"single-node-away":     "redis",
+		"busy-vs-unavailable":  "etcd,lockd",
+		"late-writer-drill":    all,
+	}
+	for _, s := range Catalogue() {
+		if got := strings.Join(s.Targets(), ","); got != want[s.Name] {
+			t.Errorf("%s applies to %q, want %q", s.Name, got, want[s.Name])
+		}
+	}
+	for target, nemesis := range map[string]string{"redis": "pause,partition", "etcd": "pause,partition,kill", "lockd": "pause,partition,kill"} {
+		s, _ := Lookup("correct-pattern")
+		c, err := s.Config(target, harness.DefaultConfig())
+		if err != nil || c.Nemesis != nemesis {
+			t.Errorf("correct-pattern on %s: nemesis %q (%v), want %q", target, c.Nemesis, err, nemesis)
+		}
+	}
+	s, _ := Lookup("busy-vs-unavailable")
+	if _, err := s.Config("redis", harness.DefaultConfig()); err == nil || !strings.Contains(err.Error(), "needs several lock nodes") {
+		t.Errorf("busy-vs-unavailable on redis: %v", err)
 	}
 }
 

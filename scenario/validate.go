@@ -15,7 +15,7 @@ func ValidationSet(target string, timeLimit time.Duration) *Set {
 	s := &Set{Name: "validate-" + target, TimeLimit: timeLimit, Seeds: []uint64{1}, Repetitions: 1}
 	for _, name := range []string{"correct-pattern", "holder-lost-recovery", "late-writer-drill", "unfenced-late-write", "busy-vs-unavailable", "single-node-away"} {
 		sc, _ := Lookup(name)
-		if slices.Contains(sc.Targets, target) {
+		if slices.Contains(sc.Targets(), target) {
 			s.Entries = append(s.Entries, Entry{Scenario: name, Targets: []string{target}})
 		}
 	}
@@ -29,9 +29,9 @@ type Item struct {
 	Evidence string `json:"evidence"`
 }
 
-// Checklist answers the lock-safety brief's checklist for one target from
-// the rows of its validation set; t tells its shape.
-func Checklist(t targets.Target, m *Matrix) []Item {
+// Checklist answers the lock-safety brief's checklist for one backend from
+// the rows of its validation set; b tells its shape.
+func Checklist(b targets.Backend, m *Matrix) []Item {
 	rows := map[string]Row{}
 	for _, r := range m.Rows {
 		rows[r.Scenario] = r
@@ -80,10 +80,7 @@ func Checklist(t targets.Target, m *Matrix) []Item {
 		add("Watchdog renewal only while healthy?", false, "not run")
 	}
 
-	size, leads := 1, false
-	if s, ok := t.(targets.Sizer); ok {
-		size, leads = s.Size(), s.Leads()
-	}
+	size, leads := b.Size, b.Leads
 	cp, cpOK := get("correct-pattern")
 	add("Consensus-backed service (and fencing anyway)?", size >= 3 && leads && cpOK && cp.Pass(),
 		"%d lock nodes, leader: %v; fenced run under partitions %s", size, leads, verdictWord(cp, cpOK))

@@ -1,10 +1,18 @@
 // Package targets knows lock backends: how to bring each one up on a
 // runtime, how a client takes a lock from it, and what the fencing token is.
 //
+// Each backend is one subpackage that declares itself — its roles and how
+// their images are made, its size, probes, state directories, clock
+// technique, lock recipes and options — in a [Backend] registered with
+// [Register] from its init function, and its lock recipes with
+// [RegisterRecipe]; package catalog imports every one we ship. Nothing
+// else names a backend: the harness, the image planner, the SSH runtime,
+// the scenarios and the CLI look them up here.
+//
 // A [Target] starts a backend's nodes and returns a [Cluster]; the
 // cluster's [RecipeConfig] travels to every client agent, which turns it
-// into a [Locker] with the factory registered for its Kind. Subpackages hold
-// one backend each (redis, etcd, lockd) and the protected resource (store).
+// into a [Locker] with the factory registered for its Kind. Besides the
+// backends, subpackage store is the protected resource.
 package targets
 
 import (
@@ -79,7 +87,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // RecipeConfig tells a client how to reach a lock service and how to use
 // it. It is sent to each agent as JSON.
 type RecipeConfig struct {
-	// Kind selects the LockerFactory ("redis", "etcd", "lockd").
+	// Kind selects the registered recipe (Recipe.Kind).
 	Kind string `json:"kind"`
 	// Endpoints are the service's client addresses ("10.1.2.3:6379").
 	Endpoints []string `json:"endpoints"`
@@ -105,21 +113,18 @@ type Options struct {
 	// target's nodes, added to the nodes' own: runtime.CapSysPtrace when
 	// the clock nemesis may skew them by vDSO injection. The harness sets
 	// it only when such a nemesis is in the run (least privilege); a target
-	// whose nodes are skewed by other means (Redis: the LD_PRELOAD shim)
-	// may ignore it.
+	// whose nodes are skewed by other means (the LD_PRELOAD shim,
+	// Role.Clock) may ignore it.
 	ExtraCaps []string
 	Log       *slog.Logger
 }
 
-// Target brings up one lock backend.
+// Target brings up one lock backend; its [Backend] declaration says the
+// rest.
 //
 // Implementations are safe for concurrent use; Start may be called once per
 // run.
 type Target interface {
-	// Name is the target's name on the command line ("redis").
-	Name() string
-	// Roles lists the image roles the target's nodes run.
-	Roles() []string
 	// Start starts the backend's nodes on rt and waits until they serve.
 	Start(ctx context.Context, rt runtime.Runtime, opts Options) (Cluster, error)
 }
@@ -139,13 +144,4 @@ type Cluster interface {
 type LeaderFinder interface {
 	// Leader returns the node that currently leads.
 	Leader(ctx context.Context) (runtime.Node, error)
-}
-
-// Sizer is implemented by targets that know, before they start, how many
-// lock-service nodes they run and whether one of them leads, so that
-// impossible faults (a majority partition of one node) are refused up
-// front.
-type Sizer interface {
-	Size() int
-	Leads() bool
 }

@@ -7,7 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitbrain/splitbrain/runtime"
-	"github.com/splitbrain/splitbrain/targets/catalog"
+	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/workloads/agent"
 )
 
@@ -22,7 +22,7 @@ func newAgentCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			deps := agent.Deps{Lockers: catalog.Lockers(), Log: log.With("component", "agent")}
+			deps := agent.Deps{Lockers: targets.Lockers(), Log: log.With("component", "agent")}
 			return runtime.ServeConsole(cmd.Context(), func(in io.Reader, out io.Writer) error {
 				return agent.Serve(cmd.Context(), in, out, deps)
 			})

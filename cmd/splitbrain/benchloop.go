@@ -14,7 +14,6 @@ import (
 
 	"github.com/splitbrain/splitbrain/history"
 	"github.com/splitbrain/splitbrain/targets"
-	"github.com/splitbrain/splitbrain/targets/catalog"
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads"
 	"github.com/splitbrain/splitbrain/workloads/agent"
@@ -107,11 +106,11 @@ func newBenchLoopCmd(_ *globalFlags) *cobra.Command {
 // benchBareLoop is the agent's unfenced critical section without the
 // agent: the same Locker, store client and timeouts.
 func benchBareLoop(ctx context.Context, cfg agent.Config, keys int, d time.Duration, seed uint64, res *workloads.LoopResult) error {
-	factory, ok := catalog.Lockers()[cfg.Recipe.Kind]
-	if !ok {
-		return fmt.Errorf("unknown lock recipe %q", cfg.Recipe.Kind)
+	recipe, err := targets.LookupRecipe(cfg.Recipe.Kind)
+	if err != nil {
+		return err
 	}
-	locker, err := factory(ctx, cfg.Recipe, cfg.Client, nil)
+	locker, err := recipe.New(ctx, cfg.Recipe, cfg.Client, nil)
 	if err != nil {
 		return fmt.Errorf("lock recipe %s: %w", cfg.Recipe.Kind, err)
 	}
@@ -182,7 +181,7 @@ func benchAgentLoop(ctx context.Context, cfg agent.Config, keys int, d time.Dura
 	defer stop()
 	served := make(chan error, 1)
 	go func() {
-		served <- agent.Serve(actx, reqR, respW, agent.Deps{Lockers: catalog.Lockers()})
+		served <- agent.Serve(actx, reqR, respW, agent.Deps{Lockers: targets.Lockers()})
 		respW.Close()
 	}()
 	hw, err := history.Create(path)

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/splitbrain/splitbrain/targets"
 )
 
 func run(t *testing.T, args ...string) (code int, stdout, stderr string) {
@@ -118,5 +120,38 @@ func TestUnreachableDaemon(t *testing.T) {
 	}
 	if strings.Count(strings.TrimSpace(stderr), "\n") != 0 {
 		t.Fatalf("want one line, got %q", stderr)
+	}
+}
+
+// TestRegisteredCommands: each shipped backend's probe and node programs
+// are commands, generated from its declaration; --target and --recipe-opt
+// help list what is registered.
+func TestRegisteredCommands(t *testing.T) {
+	root := newRootCmd(&bytes.Buffer{}, &bytes.Buffer{})
+	for _, b := range targets.Backends() {
+		if b.Probe != nil {
+			if c, _, err := root.Find([]string{"probe", b.Name}); err != nil || c.Name() != b.Name {
+				t.Errorf("probe %s: %v", b.Name, err)
+			}
+		}
+		for _, p := range b.Programs {
+			if c, _, err := root.Find([]string{p.Name}); err != nil || c.Name() != p.Name || !c.Hidden {
+				t.Errorf("program %s of %s: %v", p.Name, b.Name, err)
+			}
+		}
+	}
+	code, out, _ := run(t, "run", "--help")
+	for _, name := range targets.Names() {
+		if code != 0 || !strings.Contains(out, name) {
+			t.Errorf("run --help does not name %s", name)
+		}
+	}
+	if !strings.Contains(out, "expiry=ttl|client|none") {
+		t.Errorf("run --help does not list the recipe options:\n%s", out)
+	}
+	// A misspelt anti-pattern switch is refused, not silently ignored.
+	code, _, stderr := run(t, "run", "--target", "redis", "--recipe-opt", "expiri=none", "--results", t.TempDir())
+	if code != exitBadInput || !strings.Contains(stderr, "known: expiry, release") {
+		t.Errorf("misspelt option: exit %d, %q", code, stderr)
 	}
 }

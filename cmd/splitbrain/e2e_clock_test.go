@@ -54,7 +54,7 @@ func noErrors(t *testing.T, res map[string]any) {
 // updates. With fencing the store refuses the robbed holder's late write.
 func TestClockRedisVerdicts(t *testing.T) {
 	cli := testenv.Docker(t)
-	testenv.Images(t, cli, images.RoleStore, images.RoleClient, images.RoleRedis)
+	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	common := []string{"run", "--target", "redis", "--nemesis", "clock", "--time-limit", "15s",
 		"--concurrency", "4", "--keys", "1", "--work", "300ms", "--nemesis-interval", "2s",
 		"--clock-targets", "node=1", "--clock-modes", "bump", "--clock-direction", "forward", "--seed", "3"}
@@ -108,7 +108,7 @@ func TestClockRedisVerdicts(t *testing.T) {
 // of the recipe).
 func TestClockRedisClientExpiry(t *testing.T) {
 	cli := testenv.Docker(t)
-	testenv.Images(t, cli, images.RoleStore, images.RoleClient, images.RoleRedis)
+	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	code, res, _ := e2eRun(t, "run", "--target", "redis", "--workload", "unfenced-counter", "--nemesis", "clock",
 		"--recipe-opt", "expiry=client", "--time-limit", "15s", "--concurrency", "4", "--keys", "1", "--work", "300ms",
 		"--nemesis-interval", "2s", "--clock-targets", "client=1", "--clock-modes", "bump", "--clock-direction", "forward", "--seed", "2")

@@ -12,7 +12,7 @@ import (
 // survive pauses, partitions and kills.
 func TestEtcdVerdicts(t *testing.T) {
 	cli := testenv.Docker(t)
-	testenv.Images(t, cli, images.RoleStore, images.RoleClient, images.RoleEtcd)
+	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "etcd")
 
 	t.Run("unfenced under pauses is invalid", func(t *testing.T) {
 		code, res, _ := e2eRun(t, "run", "--target", "etcd", "--workload", "unfenced-counter", "--nemesis", "pause",

@@ -17,7 +17,7 @@ import (
 // of the token.
 func TestLockdVerdicts(t *testing.T) {
 	cli := testenv.Docker(t)
-	testenv.Images(t, cli, images.RoleStore, images.RoleClient, images.RoleLockd)
+	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "lockd")
 	// Pauses last TTL+1s .. 2×TTL+1s (3 s .. 5 s): always past the lease.
 	// A pause aimed at a holder lands some 30 ms after the nemesis picked
 	// it (a Docker API call); with 100 ms of work about one in three

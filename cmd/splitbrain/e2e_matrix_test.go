@@ -15,7 +15,7 @@ import (
 // line.
 func TestMatrix(t *testing.T) {
 	cli := testenv.Docker(t)
-	testenv.Images(t, cli, images.RoleStore, images.RoleClient, images.RoleRedis)
+	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	dir := t.TempDir()
 
 	t.Run("smoke passes", func(t *testing.T) {

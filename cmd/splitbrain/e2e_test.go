@@ -65,7 +65,7 @@ func checker(res map[string]any, name string) map[string]any {
 // stopped by the store with it.
 func TestRedisVerdicts(t *testing.T) {
 	cli := testenv.Docker(t)
-	testenv.Images(t, cli, images.RoleStore, images.RoleClient, images.RoleRedis)
+	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	common := []string{"run", "--target", "redis", "--nemesis", "pause", "--time-limit", "15s",
 		"--concurrency", "4", "--keys", "1", "--pause-targets", "holder=1", "--seed", "3"}
 

@@ -2,8 +2,6 @@ package main
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -23,10 +21,8 @@ func newImagesCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			for _, r := range roles {
-				if !slices.Contains(images.Roles, r) {
-					return &usageError{fmt.Errorf("--roles: unknown role %q (known: %s)", r, strings.Join(images.Roles, ", "))}
-				}
+			if _, err := images.PlanRoles(roles); err != nil {
+				return &usageError{fmt.Errorf("--roles: %w", err)}
 			}
 			cli, err := docker.Connect(cmd.Context())
 			if err != nil {
@@ -45,7 +41,7 @@ func newImagesCmd(g *globalFlags) *cobra.Command {
 			return nil
 		},
 	}
-	build.Flags().StringSliceVar(&roles, "roles", images.Roles, "roles to build")
+	build.Flags().StringSliceVar(&roles, "roles", images.Roles(), "roles to build (default: every registered role)")
 	cmd.AddCommand(build)
 	return cmd
 }

@@ -14,7 +14,7 @@ import (
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/report"
 	"github.com/splitbrain/splitbrain/scenario"
-	"github.com/splitbrain/splitbrain/targets/catalog"
+	"github.com/splitbrain/splitbrain/targets"
 )
 
 func newScenariosCmd(_ *globalFlags) *cobra.Command {
@@ -30,7 +30,7 @@ func newScenariosCmd(_ *globalFlags) *cobra.Command {
 				if s.AntiPattern > 0 {
 					ap = fmt.Sprint(s.AntiPattern)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, ap, strings.Join(s.Targets, ","), describe(s.Expect), s.Title)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, ap, strings.Join(s.Targets(), ","), describe(s.Expect), s.Title)
 			}
 			return tw.Flush()
 		},
@@ -155,15 +155,15 @@ func newValidateCmd(g *globalFlags) *cobra.Command {
 		Short: "Run the catalogue against one backend and answer the lock-safety checklist from the runs",
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			t, ok := catalog.Targets()[target]
-			if !ok {
-				return harness.BadInput("unknown target %q (known: %s)", target, strings.Join(catalog.TargetNames(), ", "))
+			b, err := targets.Lookup(target)
+			if err != nil {
+				return &harness.InputError{Err: err}
 			}
 			m, err := runMatrix(cmd, g, scenario.ValidationSet(target, timeLimit), &mf)
 			if err != nil {
 				return err
 			}
-			items := scenario.Checklist(t, m)
+			items := scenario.Checklist(b, m)
 			fmt.Fprintln(cmd.OutOrStdout())
 			scenario.WriteChecklist(cmd.OutOrStdout(), target, items)
 			if err := mismatchError(m); err != nil {
@@ -177,8 +177,20 @@ func newValidateCmd(g *globalFlags) *cobra.Command {
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&target, "target", "etcd", "backend: "+strings.Join(catalog.TargetNames(), ", "))
+	cmd.Flags().StringVar(&target, "target", validateDefault(), "backend: "+strings.Join(targets.Names(), ", ")+"; the default is the first with 3 or more nodes and a leader, as the checklist asks")
 	cmd.Flags().DurationVar(&timeLimit, "time-limit", 20*time.Second, "each run's test phase")
 	mf.bind(cmd)
 	return cmd
+}
+
+// validateDefault is the backend validate checks when none is named: the
+// first registered one with several lock nodes and a leader (the
+// checklist's consensus-backed service), else the run's default.
+func validateDefault() string {
+	for _, b := range targets.Backends() {
+		if b.Size >= 3 && b.Leads {
+			return b.Name
+		}
+	}
+	return targets.Default()
 }

@@ -119,7 +119,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.PersistentFlags().StringVar(&g.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	root.PersistentFlags().StringVar(&g.control, "control", "auto", "how the harness talks to client containers: socket (a Unix socket bind-mounted from the host, the engine out of the path), attach (the containers' stdio through the engine), auto (socket with a local engine, attach inside a container)")
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &usageError{err} })
-	root.AddCommand(
+	cmds := []*cobra.Command{
 		newRunCmd(g),
 		newCheckCmd(g),
 		newImagesCmd(g),
@@ -130,11 +130,12 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newScenariosCmd(g),
 		newMatrixCmd(g),
 		newValidateCmd(g),
-		newLockdCmd(g),
 		newClockCmd(g),
 		newServeCmd(g),
 		newBenchLoopCmd(g),
-	)
+	}
+	root.AddCommand(cmds...)
+	root.AddCommand(newProgramCmds(g, cmds)...)
 	return root
 }
 

@@ -19,7 +19,7 @@ import (
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/runtime/images"
-	"github.com/splitbrain/splitbrain/targets/catalog"
+	"github.com/splitbrain/splitbrain/targets"
 )
 
 func newRunCmd(g *globalFlags) *cobra.Command {
@@ -29,8 +29,8 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Run one test: bring up a backend, drive clients under faults, check the history",
-		Example: "  splitbrain run --target redis --workload unfenced-counter --nemesis pause --time-limit 30s\n" +
-			"  splitbrain run --target redis --workload fenced-counter --nemesis pause --seed 42",
+		Example: "  splitbrain run --target " + cfg.Target + " --workload unfenced-counter --nemesis pause --time-limit 30s\n" +
+			"  splitbrain run --target " + cfg.Target + " --workload fenced-counter --nemesis pause --seed 42",
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger(cmd.ErrOrStderr())
@@ -44,7 +44,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&cfg.Target, "target", cfg.Target, "lock backend: "+strings.Join(catalog.TargetNames(), ", "))
+	f.StringVar(&cfg.Target, "target", cfg.Target, "lock backend: "+strings.Join(targets.Names(), ", "))
 	f.StringVar(&cfg.Workload, "workload", cfg.Workload, "workload: unfenced-counter, fenced-counter")
 	f.StringVar(&cfg.Nemesis, "nemesis", cfg.Nemesis, "comma-separated faults: pause, partition, kill, clock, none")
 	f.DurationVar(&cfg.TimeLimit, "time-limit", cfg.TimeLimit, "length of the test phase")
@@ -71,10 +71,31 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	f.Uint64Var(&cfg.Seed, "seed", 0, "seed for the fault schedule and client choices (0: random, recorded)")
 	f.StringVar(&cfg.ResultsDir, "results", cfg.ResultsDir, "directory for run results")
 	f.BoolVar(&cfg.Keep, "keep", false, "leave containers and the network after the run")
-	f.StringArrayVar(&recipeOpts, "recipe-opt", nil, "lock recipe option key=value (repeatable), e.g. expiry=none")
+	f.StringArrayVar(&recipeOpts, "recipe-opt", nil, "lock recipe option key=value (repeatable); each target's:"+recipeOptionsHelp())
 	f.StringVar(&cfg.Bypass, "bypass-clients", "", "clients (c1,c2) that write without lock or token: a bypass writer")
 	sf.register(cmd)
 	return cmd
+}
+
+// recipeOptionsHelp lists each registered backend's --recipe-opt
+// settings, from their declarations.
+func recipeOptionsHelp() string {
+	var b strings.Builder
+	for _, t := range targets.Backends() {
+		opts, err := t.AllOptions()
+		if err != nil || len(opts) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n  %s:", t.Name)
+		for _, o := range opts {
+			v := ""
+			if len(o.Values) > 0 {
+				v = "=" + strings.Join(o.Values, "|")
+			}
+			fmt.Fprintf(&b, " %s%s", o.Name, v)
+		}
+	}
+	return b.String()
 }
 
 func parseKV(kvs []string) (map[string]string, error) {
@@ -130,8 +151,7 @@ func (g *globalFlags) dockerDeps(ctx context.Context, log *slog.Logger, progress
 	b := images.NewBuilder(cli, log)
 	b.Progress = progress
 	deps := harness.Deps{
-		Targets: catalog.Targets(),
-		Images:  b.Ensure,
+		Images: b.Ensure,
 		NewRuntime: func(ctx context.Context, runID string, keep bool, log *slog.Logger) (runtime.Runtime, error) {
 			return docker.New(ctx, cli, docker.Options{RunID: runID, Keep: keep, Log: log, Control: g.control})
 		},
@@ -141,7 +161,7 @@ func (g *globalFlags) dockerDeps(ctx context.Context, log *slog.Logger, progress
 }
 
 func runTest(ctx context.Context, cfg harness.Config, sf *sshFlags, g *globalFlags, log *slog.Logger, stdout, stderr io.Writer) error {
-	if err := cfg.Validate(catalog.Targets()); err != nil {
+	if err := cfg.Validate(nil); err != nil {
 		return err
 	}
 	soft, hard, stop := interrupts(ctx, log)

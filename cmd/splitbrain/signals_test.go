@@ -109,7 +109,7 @@ func waitExit(t *testing.T, cmd *exec.Cmd, within time.Duration) int {
 // leftovers that clean removes.
 func TestSignals(t *testing.T) {
 	cli := testenv.Docker(t)
-	testenv.Images(t, cli, images.RoleStore, images.RoleClient, images.RoleRedis)
+	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	bin := buildCLI(t)
 
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {

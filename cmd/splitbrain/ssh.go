@@ -13,9 +13,7 @@ import (
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	sshrt "github.com/splitbrain/splitbrain/runtime/ssh"
-	"github.com/splitbrain/splitbrain/targets/catalog"
-	"github.com/splitbrain/splitbrain/targets/etcd"
-	"github.com/splitbrain/splitbrain/targets/lockd"
+	"github.com/splitbrain/splitbrain/targets"
 )
 
 // sshFlags select and configure the SSH runtime (docs/ssh.md): with
@@ -85,24 +83,28 @@ func (s *sshFlags) deps(cfg harness.Config, log *slog.Logger, progress io.Writer
 	return deps, func() {}, nil
 }
 
-// sshStateDirs are the targets' data directories, kept per node on the
-// hosts.
-var sshStateDirs = []string{etcd.DataDir, lockd.DataDir}
-
 // sshDeps wires the harness to hosts over SSH: no images; the static
 // binaries the run's roles need (built and cached like the images' ones)
 // are uploaded to every host when the runtime is created.
 func sshDeps(cfg harness.Config, opts sshrt.Options, log *slog.Logger, progress io.Writer) (harness.Deps, error) {
-	target, ok := catalog.Targets()[cfg.Target]
-	if !ok {
-		return harness.Deps{}, harness.BadInput("unknown target %q", cfg.Target)
+	backend, err := targets.Lookup(cfg.Target)
+	if err != nil {
+		return harness.Deps{}, &harness.InputError{Err: err}
 	}
-	roles := append([]string{runtime.RoleStore, runtime.RoleClient}, target.Roles()...)
+	roles := append([]string{runtime.RoleStore, runtime.RoleClient}, backend.RoleNames()...)
 	b := images.NewBuilder(nil, log)
 	b.Progress = progress
-	opts.StateDirs = append(opts.StateDirs, sshStateDirs...)
+	// The backend's data directories are kept per node on the hosts.
+	opts.StateDirs = append(opts.StateDirs, backend.StateDirs()...)
+	for _, r := range backend.Roles {
+		if r.HostSetup != "" {
+			if opts.HostSetup == nil {
+				opts.HostSetup = map[string]string{}
+			}
+			opts.HostSetup[r.Name] = r.HostSetup
+		}
+	}
 	return harness.Deps{
-		Targets: catalog.Targets(),
 		NewRuntime: func(ctx context.Context, runID string, keep bool, log *slog.Logger) (runtime.Runtime, error) {
 			arts, err := b.Artifacts(ctx, roles)
 			if err != nil {

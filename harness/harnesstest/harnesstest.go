@@ -11,6 +11,7 @@ package harnesstest
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"testing"
@@ -39,6 +40,11 @@ type World struct {
 	last Run
 }
 
+// registerRecipe registers the in-memory recipe once per test binary (the
+// registry is global): the harness checks recipe options against it. The
+// agents of a run get the run's own service's factory.
+var registerRecipe sync.Once
+
 // Run is what one harness run was wired from.
 type Run struct {
 	Runtime *memrt.Runtime
@@ -56,8 +62,15 @@ func (w *World) Last() Run {
 // Deps returns the harness's dependencies for runs in w; the harness's
 // warnings and errors go to tb's log.
 func (w *World) Deps(tb testing.TB) harness.Deps {
+	registerRecipe.Do(func() { targets.RegisterRecipe(inmem.Recipe(inmem.NewService(inmem.Options{}))) })
+	b := w.Target.Backend()
 	return harness.Deps{
-		Targets: map[string]targets.Target{w.Target.Name(): w.Target},
+		Backends: func(name string) (targets.Backend, error) {
+			if name != b.Name {
+				return targets.Backend{}, fmt.Errorf("unknown target %q (known: %s)", name, b.Name)
+			}
+			return b, nil
+		},
 		NewRuntime: func(context.Context, string, bool, *slog.Logger) (runtime.Runtime, error) {
 			r := w.newRun()
 			return r.Runtime, nil

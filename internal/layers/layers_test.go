@@ -18,14 +18,9 @@ import (
 // and this list with the last one.
 var allowed = map[Edge]string{
 	// The clock mechanism moves to internal/clockskew (h/b-faults).
-	{"runtime/images", "nemesis/clock"}: "h/b-faults",
 	{"targets/redis", "nemesis/clock"}:  "h/b-faults",
 	// The SSH clean-up takes the chain's name from below (h/b-faults).
 	{"runtime/ssh", "nemesis"}: "h/b-faults",
-	// The catalogue becomes package catalog, layer 2 (h/a-backends).
-	{"targets/catalog", "targets/etcd"}:  "h/a-backends",
-	{"targets/catalog", "targets/lockd"}: "h/a-backends",
-	{"targets/catalog", "targets/redis"}: "h/a-backends",
 }
 
 // moduleImports lists, with the go command, every package of the module

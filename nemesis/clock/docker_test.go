@@ -32,7 +32,7 @@ import (
 // restored.
 func TestClockInContainers(t *testing.T) {
 	cli := testenv.Docker(t)
-	imgs := testenv.Images(t, cli, images.RoleClient, images.RoleRedis)
+	imgs := testenv.Images(t, cli, images.RoleClient, redis.Role)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("k%d", time.Now().UnixNano()%1e9)})

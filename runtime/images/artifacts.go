@@ -6,23 +6,21 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 )
 
-// Artifacts returns the static binaries the nodes of roles run — the
-// splitbrain binary, and each role's extras (etcd for the etcd role) —
-// building those not yet in the cache, exactly as the images get them, but
-// without building images: it needs no Docker engine (b.Client may be
-// nil). Runtimes without images (package ssh) copy these files to their
-// hosts; each Artifact's Dest is the path commands use for it.
+// Artifacts returns the files the nodes of roles run — the splitbrain
+// binary, and each role's own files — making those not yet in the cache,
+// exactly as the images get them, but without building images: it needs
+// no Docker engine (b.Client may be nil). Runtimes without images (package
+// ssh) copy these files to their hosts; each Artifact's Dest is the path
+// commands use for it. A role's Debian packages are the hosts' business.
 //
 // Like Ensure it holds the builder's lock file while it builds, so
 // concurrent callers on one machine build each binary once.
 func (b *Builder) Artifacts(ctx context.Context, roles []string) ([]Artifact, error) {
-	for _, r := range roles {
-		if !slices.Contains(Roles, r) {
-			return nil, fmt.Errorf("unknown role %q (known: %s)", r, strings.Join(Roles, ", "))
-		}
+	plans, err := PlanRoles(roles)
+	if err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(b.CacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("binary cache dir: %w", err)
@@ -32,20 +30,17 @@ func (b *Builder) Artifacts(ctx context.Context, roles []string) ([]Artifact, er
 		return nil, err
 	}
 	defer unlock()
-	self, err := b.splitbrainBinary(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("splitbrain binary: %w", err)
-	}
-	out := []Artifact{self}
-	for _, role := range roles {
-		for _, f := range b.Extra[role] {
-			a, err := f(ctx, b)
+	var out []Artifact
+	for _, p := range plans {
+		for _, f := range p.Files {
+			if slices.ContainsFunc(out, func(o Artifact) bool { return o.Dest == f.Dest }) {
+				continue
+			}
+			a, err := f.make(ctx, b)
 			if err != nil {
-				return nil, fmt.Errorf("binaries of %s: %w", role, err)
+				return nil, fmt.Errorf("files of %s: %w", p.Role, err)
 			}
-			if !slices.ContainsFunc(out, func(o Artifact) bool { return o.Dest == a.Dest }) {
-				out = append(out, a)
-			}
+			out = append(out, a)
 		}
 	}
 	return out, nil

@@ -16,8 +16,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/splitbrain/splitbrain/nemesis/clock"
 )
 
 // ModulePath is splitbrain's Go module path.
@@ -120,23 +118,19 @@ func GoBuild(ctx context.Context, dir, pkg, out string, progress func(string, ..
 	return nil
 }
 
-// splitbrainBinary returns the static splitbrain binary for images: built
-// from the source tree (cached by its hash), or this executable when it is
-// already static.
-func (b *Builder) splitbrainBinary(ctx context.Context) (Artifact, error) {
-	art := Artifact{Name: "splitbrain", Dest: "/usr/local/bin/splitbrain"}
+// splitbrainBinary is Self's Make: the static splitbrain binary built from
+// the source tree (cached by its hash), or this executable when it is
+// already static and there is no tree.
+func (b *Builder) splitbrainBinary(ctx context.Context) (string, error) {
 	root, ok := b.source()
 	if !ok {
 		self, err := os.Executable()
 		if err != nil || !isStatic(self) {
-			return art, ErrNoSource
+			return "", ErrNoSource
 		}
-		art.Path = self
-		return art, nil
+		return self, nil
 	}
-	var err error
-	art.Path, err = b.cachedBuild(ctx, "splitbrain", root, "./cmd/splitbrain")
-	return art, err
+	return b.cachedBuild(ctx, "splitbrain", root, "./cmd/splitbrain")
 }
 
 // cachedBuild builds pkg of the module at dir into the binary cache as
@@ -188,58 +182,64 @@ func isStatic(path string) bool {
 	return true
 }
 
-// EtcdBuildDir is the module that builds etcd, relative to the repository.
-const EtcdBuildDir = "targets/etcd/build"
-
-// EtcdBinary is the ArtifactFunc of the etcd image: etcd built from the
-// pinned server module in EtcdBuildDir (cached by that module's hash).
-func EtcdBinary(ctx context.Context, b *Builder) (Artifact, error) {
-	art := Artifact{Name: "etcd", Dest: "/usr/local/bin/etcd"}
-	root, ok := b.source()
-	if !ok {
-		return installed(art)
-	}
-	var err error
-	art.Path, err = b.cachedBuild(ctx, "etcd", filepath.Join(root, EtcdBuildDir), ".")
-	return art, err
-}
-
-// ClockShim is the ArtifactFunc of the redis image: the LD_PRELOAD clock
-// shim (nemesis/clock's C source) compiled on this machine with gcc ($CC)
-// into clock.ShimPath, cached by the hash of its source, flags, compiler
-// and architecture. The image's Debian release is the host's own
-// (bookworm), so the library links against the same libc.
-func ClockShim(ctx context.Context, b *Builder) (Artifact, error) {
-	art := Artifact{Name: "clockshim.so", Dest: clock.ShimPath, Mode: 0o644}
-	sum := hashStrings(string(clock.ShimSource()), strings.Join(clock.ShimCFlags, " "), os.Getenv("CC"), runtime.GOARCH)
-	cache := filepath.Join(b.CacheDir, "bin")
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		return art, fmt.Errorf("binary cache: %w", err)
-	}
-	prefix := "clockshim-" + runtime.GOARCH + "-"
-	art.Path = filepath.Join(cache, prefix+sum+".so")
-	if _, err := os.Stat(art.Path); err == nil {
-		return art, nil
-	}
-	start := time.Now()
-	b.progress("gcc clock shim (%s)", clock.ShimPath)
-	if err := clock.BuildShim(ctx, art.Path); err != nil {
-		if inst, ierr := installed(art); ierr == nil {
-			return inst, nil // no compiler here, but the control image has it
+// GoBinary is a file built with `go build` (static, for this machine's
+// architecture) of package pkg of the Go module in dir, a directory of this
+// repository (a module of its own, such as a pinned server release), and
+// cached by the hash of that directory. Without a source tree it is the
+// copy installed at dest, as in the control image.
+func GoBinary(name, dir, pkg, dest string) File {
+	return File{Name: name, Dest: dest, Make: func(ctx context.Context, b *Builder) (string, error) {
+		root, ok := b.source()
+		if !ok {
+			return installed(dest)
 		}
-		return art, err
-	}
-	b.progress("gcc clock shim: done in %.1fs", time.Since(start).Seconds())
-	pruneOld(cache, prefix, filepath.Base(art.Path))
-	return art, nil
+		return b.cachedBuild(ctx, name, filepath.Join(root, dir), pkg)
+	}}
 }
 
-// installed is art as already installed on this machine at its
-// destination, as in the control image, which has no source tree.
-func installed(art Artifact) (Artifact, error) {
-	if _, err := os.Stat(art.Dest); err != nil {
-		return art, ErrNoSource
+// BuiltFile is a file made on this machine by build (which writes the file
+// named out), cached under a hash of inputs() and the architecture: it is
+// rebuilt only when an input changes. When build fails and a copy is
+// installed at dest (the control image, which has no compiler), that copy
+// is used.
+func BuiltFile(name, dest string, mode int64, inputs func() []string, build func(ctx context.Context, out string) error) File {
+	return File{Name: name, Dest: dest, Mode: mode, Make: func(ctx context.Context, b *Builder) (string, error) {
+		sum := hashStrings(append(inputs(), runtime.GOARCH)...)
+		cache := filepath.Join(b.CacheDir, "bin")
+		if err := os.MkdirAll(cache, 0o755); err != nil {
+			return "", fmt.Errorf("binary cache: %w", err)
+		}
+		ext := filepath.Ext(name)
+		prefix := strings.TrimSuffix(name, ext) + "-" + runtime.GOARCH + "-"
+		path := filepath.Join(cache, prefix+sum+ext)
+		if _, err := os.Stat(path); err == nil {
+			return path, nil
+		}
+		start := time.Now()
+		b.progress("build %s (%s)", name, dest)
+		tmp := path + ".tmp"
+		err := build(ctx, tmp)
+		if err == nil {
+			err = os.Rename(tmp, path)
+		}
+		if err != nil {
+			os.Remove(tmp)
+			if inst, ierr := installed(dest); ierr == nil {
+				return inst, nil
+			}
+			return "", fmt.Errorf("build %s: %w", name, err)
+		}
+		b.progress("build %s: done in %.1fs", name, time.Since(start).Seconds())
+		pruneOld(cache, prefix, filepath.Base(path))
+		return path, nil
+	}}
+}
+
+// installed is the path of a file already installed on this machine at
+// its destination, as in the control image, which has no source tree.
+func installed(dest string) (string, error) {
+	if _, err := os.Stat(dest); err != nil {
+		return "", ErrNoSource
 	}
-	art.Path = art.Dest
-	return art, nil
+	return dest, nil
 }

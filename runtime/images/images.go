@@ -2,14 +2,21 @@
 //
 // The base is Debian bookworm, made by debootstrap and imported with the
 // Engine API (or, when the engine already has debian:bookworm-slim, built
-// from it with the same packages). Each role image is the base plus our
-// static binaries. Every tag is a hash of the image's inputs — the package
-// list, the binaries' bytes, the Dockerfile — so an image is rebuilt only
-// when something it is made of changed, and an unchanged `images build` is a
-// few image look-ups.
+// from it with the same packages); it holds only what every node needs.
+// Each role image is the base plus the role's own Debian packages
+// (installed with apt-get in the role's build), our static splitbrain
+// binary and the role's files. Roles are declared elsewhere and registered
+// here ([Register]; package targets does it for each backend's roles), so
+// this package knows no backend: [PlanRole] says how a role's image is
+// made before anything is built, [Builder.Ensure] builds what is missing.
+// Every tag is a hash of the image's inputs — the package lists, the
+// files' bytes, the Dockerfile — so an image is rebuilt only when
+// something it is made of changed, and an unchanged `images build` is a few
+// image look-ups.
 //
 // debootstrap needs root and the debootstrap package; building the base
-// takes about 35 s on a 2-core machine, a role image a few seconds.
+// takes about 35 s on a 2-core machine, a role image a few seconds (plus
+// about 10 s for a role with packages of its own).
 package images
 
 import (
@@ -27,7 +34,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -36,27 +42,28 @@ import (
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
 	"golang.org/x/sys/unix"
+
+	"github.com/splitbrain/splitbrain/runtime"
 )
 
-// Roles of the images.
+// Roles every run has, and the control image; backends register their
+// own roles (Register).
 const (
-	RoleRedis  = "redis"
-	RoleStore  = "store"
-	RoleClient = "client"
-	RoleEtcd   = "etcd"
-	RoleLockd  = "lockd"
+	RoleStore  = runtime.RoleStore
+	RoleClient = runtime.RoleClient
 	// RoleControl is the image docker-compose.yml runs the matrix from:
-	// the base with every artifact, so that `images build` inside it finds
-	// them installed (there is no source tree there) and `run` works.
+	// the base with every registered role's files, so that `images build`
+	// inside it finds them installed (there is no source tree there) and
+	// `run` works.
 	RoleControl = "control"
 )
 
-// Roles lists every role, in build order.
-var Roles = []string{RoleStore, RoleClient, RoleRedis, RoleEtcd, RoleLockd, RoleControl}
-
-// Packages are installed into the base image.
+// Packages are installed into the base image, which every role shares:
+// what fault injection needs in every node (iptables, iproute2, procps),
+// the SSH server of the SSH runtime's tests, and a few tools. A role's own
+// packages go into its image only (Role.Packages).
 var Packages = []string{
-	"redis-server", "iptables", "iproute2", "openssh-server", "procps",
+	"iptables", "iproute2", "openssh-server", "procps",
 	"ca-certificates", "iputils-ping", "netcat-openbsd",
 }
 
@@ -79,7 +86,8 @@ var (
 	ErrNoSource = errors.New("cannot find the splitbrain source tree to build static binaries (run from the repository, or use a splitbrain binary built with CGO_ENABLED=0)")
 )
 
-// Artifact is a file copied into role images.
+// Artifact is a file of a role's image, made on this machine: where it
+// is, and where it goes.
 type Artifact struct {
 	// Name is the file's name in the build context.
 	Name string
@@ -90,9 +98,6 @@ type Artifact struct {
 	// Mode is its file mode in the image.
 	Mode int64
 }
-
-// ArtifactFunc produces an artifact (builds it if needed).
-type ArtifactFunc func(ctx context.Context, b *Builder) (Artifact, error)
 
 // Builder builds images. It serializes concurrent builds on one machine
 // with a lock file, so parallel test binaries can all call Ensure.
@@ -108,8 +113,6 @@ type Builder struct {
 	// Progress gets one line per step.
 	Progress io.Writer
 	Log      *slog.Logger
-	// Extra maps a role to artifacts beyond the splitbrain binary.
-	Extra map[string][]ArtifactFunc
 }
 
 // NewBuilder returns a Builder with defaults: the user cache directory,
@@ -128,7 +131,6 @@ func NewBuilder(cli *client.Client, log *slog.Logger) *Builder {
 	}
 	return &Builder{
 		Client: cli, CacheDir: filepath.Join(cache, "splitbrain"), Mirror: mirror, Progress: os.Stderr, Log: log,
-		Extra: map[string][]ArtifactFunc{RoleEtcd: {EtcdBinary}, RoleRedis: {ClockShim}, RoleControl: {EtcdBinary, ClockShim}},
 	}
 }
 
@@ -141,10 +143,9 @@ func (b *Builder) progress(format string, args ...any) {
 // Ensure makes sure the images of roles exist, building what is missing,
 // and returns each role's image tag.
 func (b *Builder) Ensure(ctx context.Context, roles []string) (map[string]string, error) {
-	for _, r := range roles {
-		if !slices.Contains(Roles, r) {
-			return nil, fmt.Errorf("unknown image role %q (known: %s)", r, strings.Join(Roles, ", "))
-		}
+	plans, err := PlanRoles(roles)
+	if err != nil {
+		return nil, err
 	}
 	if err := os.MkdirAll(b.CacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("image cache dir: %w", err)
@@ -155,35 +156,35 @@ func (b *Builder) Ensure(ctx context.Context, roles []string) (map[string]string
 	}
 	defer unlock()
 
-	base, err := b.base(ctx)
-	if err != nil {
+	// The base's tag is every plan's Base.
+	if _, err := b.base(ctx); err != nil {
 		return nil, err
 	}
-	self, err := b.splitbrainBinary(ctx)
-	if err != nil {
-		return nil, err
-	}
+	made := map[string]Artifact{} // by destination: each file made once
 	tags := map[string]string{}
-	for _, role := range roles {
-		arts := []Artifact{self}
-		for _, f := range b.Extra[role] {
-			a, err := f(ctx, b)
-			if err != nil {
-				return nil, fmt.Errorf("image %s: %w", role, err)
+	for _, p := range plans {
+		var arts []Artifact
+		for _, f := range p.Files {
+			a, ok := made[f.Dest]
+			if !ok {
+				if a, err = f.make(ctx, b); err != nil {
+					return nil, fmt.Errorf("image %s: %w", p.Role, err)
+				}
+				made[f.Dest] = a
 			}
 			arts = append(arts, a)
 		}
-		tag, err := b.roleImage(ctx, role, base, arts)
+		tag, err := b.roleImage(ctx, p, arts)
 		if err != nil {
 			return nil, err
 		}
-		if role == RoleControl {
+		if p.Role == RoleControl {
 			// docker-compose.yml names it by a fixed tag.
 			if err := b.Client.ImageTag(ctx, tag, "splitbrain-control:latest"); err != nil {
 				return nil, fmt.Errorf("tag control image: %w", err)
 			}
 		}
-		tags[role] = tag
+		tags[p.Role] = tag
 	}
 	return tags, nil
 }
@@ -328,35 +329,37 @@ func (b *Builder) debootstrap(ctx context.Context, tag string) error {
 	return nil
 }
 
-// roleImage builds base + artifacts as splitbrain-<role>:<hash>.
-func (b *Builder) roleImage(ctx context.Context, role, base string, arts []Artifact) (string, error) {
-	var df strings.Builder
-	fmt.Fprintf(&df, "FROM %s\n", base)
-	parts := []string{recipeVersion, role, base}
+// roleImage builds p's image as splitbrain-<role>:<hash>, arts being p's
+// files made on this machine. The tag hashes the base, the Dockerfile
+// (and so the packages) and each file's name, destination and content.
+func (b *Builder) roleImage(ctx context.Context, p Plan, arts []Artifact) (string, error) {
+	df := p.Dockerfile()
+	parts := []string{recipeVersion, p.Role, p.Base}
 	for _, a := range arts {
 		sum, err := fileHash(a.Path)
 		if err != nil {
-			return "", fmt.Errorf("image %s: %w", role, err)
+			return "", fmt.Errorf("image %s: %w", p.Role, err)
 		}
 		parts = append(parts, a.Name, a.Dest, sum)
-		fmt.Fprintf(&df, "COPY %s %s\n", a.Name, a.Dest)
 	}
-	fmt.Fprintf(&df, "LABEL splitbrain.role=%s\n", role)
-	parts = append(parts, df.String())
-	tag := "splitbrain-" + role + ":" + hashStrings(parts...)
+	parts = append(parts, df)
+	tag := "splitbrain-" + p.Role + ":" + hashStrings(parts...)
 	ok, err := b.exists(ctx, tag)
 	if err != nil {
 		return "", err
 	}
 	if ok {
-		b.progress("%s %s: up to date", role, tag)
+		b.progress("%s %s: up to date", p.Role, tag)
 		return tag, nil
 	}
 	start := time.Now()
-	if err := b.build(ctx, tag, df.String(), arts); err != nil {
-		return "", fmt.Errorf("build image %s: %w", role, err)
+	if len(p.Packages) > 0 {
+		b.progress("%s %s: building (apt-get install %s)", p.Role, tag, strings.Join(p.Packages, " "))
 	}
-	b.progress("%s %s: built in %.1fs", role, tag, time.Since(start).Seconds())
+	if err := b.build(ctx, tag, df, arts); err != nil {
+		return "", fmt.Errorf("build image %s: %w", p.Role, err)
+	}
+	b.progress("%s %s: built in %.1fs", p.Role, tag, time.Since(start).Seconds())
 	return tag, nil
 }
 

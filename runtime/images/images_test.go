@@ -1,8 +1,11 @@
 package images
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -67,5 +70,76 @@ func TestIsStatic(t *testing.T) {
 	}
 	if isStatic(filepath.Join(t.TempDir(), "missing")) {
 		t.Fatal("missing file reported static")
+	}
+}
+
+func TestPlan(t *testing.T) {
+	p, err := PlanRole(RoleStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A role without packages of its own: the base and COPY lines, as
+	// before roles could have packages (its tag's formula is unchanged).
+	want := "FROM " + BaseTag() + "\nCOPY splitbrain /usr/local/bin/splitbrain\nLABEL splitbrain.role=store\n"
+	if got := p.Dockerfile(); got != want {
+		t.Fatalf("store Dockerfile:\n%s\nwant:\n%s", got, want)
+	}
+	mk := func(context.Context, *Builder) (string, error) { return "", nil }
+	role := Role{Name: "plan-test", Packages: []string{"socat", "lsof"}, Files: []File{{Name: "x", Dest: "/opt/x", Make: mk}}}
+	Register(role)
+	Register(role) // the same role again: several backends may share one
+	p, err = PlanRole("plan-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := p.Dockerfile()
+	if !strings.Contains(df, "apt-get install -y --no-install-recommends socat lsof && apt-get clean && rm -rf /var/lib/apt/lists/*\nCOPY splitbrain /usr/local/bin/splitbrain\nCOPY x /opt/x\n") {
+		t.Fatalf("Dockerfile:\n%s", df)
+	}
+	if slices.Contains(Packages, "socat") {
+		t.Fatal("a role's package is in the base")
+	}
+	ctl, err := PlanRole(RoleControl)
+	if err != nil || len(ctl.Packages) != 0 || !slices.ContainsFunc(ctl.Files, func(f File) bool { return f.Dest == "/opt/x" }) {
+		t.Fatalf("control plan %+v, %v", ctl, err)
+	}
+	if r := Roles(); r[0] != RoleStore || r[1] != RoleClient || r[len(r)-1] != RoleControl || !slices.Contains(r, "plan-test") {
+		t.Fatalf("Roles() = %v", r)
+	}
+	if _, err := PlanRoles([]string{RoleClient, "mainframe"}); err == nil || !strings.Contains(err.Error(), `unknown role "mainframe"`) {
+		t.Fatalf("unknown role: %v", err)
+	}
+	func() {
+		defer func() {
+			if p := recover(); p == nil || !strings.Contains(p.(string), "differently") {
+				t.Fatalf("a different role of the same name: panic %v", p)
+			}
+		}()
+		Register(Role{Name: "plan-test", Packages: []string{"cowsay"}})
+	}()
+}
+
+func TestBuiltFile(t *testing.T) {
+	b := &Builder{CacheDir: t.TempDir()}
+	builds := 0
+	input := "v1"
+	f := BuiltFile("tool.so", "/opt/tool.so", 0o644, func() []string { return []string{input} }, func(_ context.Context, out string) error {
+		builds++
+		return os.WriteFile(out, []byte(input), 0o644)
+	})
+	p1, err := f.Make(context.Background(), b)
+	if err != nil || !strings.HasSuffix(p1, ".so") {
+		t.Fatal(p1, err)
+	}
+	if p, _ := f.Make(context.Background(), b); p != p1 || builds != 1 {
+		t.Fatalf("second Make: %s, %d builds", p, builds)
+	}
+	input = "v2"
+	p2, err := f.Make(context.Background(), b)
+	if err != nil || p2 == p1 || builds != 2 {
+		t.Fatalf("changed input: %s, %d builds, %v", p2, builds, err)
+	}
+	if _, err := os.Stat(p1); !os.IsNotExist(err) {
+		t.Fatal("the older build was kept")
 	}
 }

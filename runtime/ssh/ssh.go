@@ -18,7 +18,7 @@
 // and stdout are the control channel, and record their pid the same way.
 // Our binaries are uploaded at setup to BinRoot/<run>/ and the paths of
 // commands rewritten to them; state directories a container image would
-// have (etcd's /var/lib/etcd) are mapped into the node's directory. Close
+// have (a backend's data directory) are mapped into the node's directory. Close
 // kills our processes by their pid files, removes our iptables chain and
 // both directories, and checks that nothing is left.
 package ssh
@@ -90,9 +90,12 @@ type Options struct {
 	// Binaries are uploaded to every host.
 	Binaries []Binary
 	// StateDirs are absolute paths that commands use for a node's own state
-	// (etcd's data directory): each is mapped to the same path under the
-	// node's directory, so co-located nodes and runs never share them.
+	// (a backend's data directory): each is mapped to the same path under
+	// the node's directory, so co-located nodes and runs never share them.
 	StateDirs []string
+	// HostSetup maps a node role to what a host needs for its nodes
+	// ("apt-get install ..."), said when a node's program is missing.
+	HostSetup map[string]string
 	// RunRoot and BinRoot are the directories on the hosts
 	// (DefaultRunRoot, DefaultBinRoot when empty).
 	RunRoot, BinRoot string
@@ -737,8 +740,8 @@ func (n *Node) startError(code int, stderr string) error {
 	if code == 127 {
 		prog := n.program()
 		hint := "install it there"
-		if path.Base(prog) == "redis-server" {
-			hint = "install it there: apt-get install redis-server, then stop its own service: systemctl disable --now redis-server"
+		if h := n.rt.opts.HostSetup[n.spec.Role]; h != "" {
+			hint += ": " + h
 		}
 		return fmt.Errorf("start %s: %s is not installed on host %s (%s)", n.Name(), prog, n.h.Name, hint)
 	}

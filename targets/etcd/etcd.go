@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
@@ -42,18 +43,9 @@ type Target struct {
 	Nodes int
 }
 
-var (
-	_ targets.Target = Target{}
-	_ targets.Sizer  = Target{}
-)
+var _ targets.Target = Target{}
 
-// Name implements targets.Target.
-func (Target) Name() string { return "etcd" }
-
-// Roles implements targets.Target.
-func (Target) Roles() []string { return []string{Role} }
-
-// Size implements targets.Sizer.
+// Size is the cluster size.
 func (t Target) Size() int {
 	if t.Nodes <= 0 {
 		return 3
@@ -61,16 +53,13 @@ func (t Target) Size() int {
 	return t.Nodes
 }
 
-// Leads implements targets.Sizer.
-func (Target) Leads() bool { return true }
-
 // Command is member name's command line in a cluster of peers (name → address).
 func Command(name string, addr string, peers map[string]string, token string) []string {
 	var initial []string
 	for _, n := range targets.SortedNames(peers) {
 		initial = append(initial, fmt.Sprintf("%s=http://%s", n, net.JoinHostPort(peers[n], strconv.Itoa(PeerPort))))
 	}
-	return []string{"/usr/local/bin/etcd",
+	return []string{Binary,
 		"--name", name,
 		"--data-dir", DataDir,
 		"--listen-client-urls", fmt.Sprintf("http://0.0.0.0:%d", ClientPort),
@@ -129,12 +118,12 @@ func (c *Cluster) Recipe() targets.RecipeConfig {
 	for i, n := range c.nodes {
 		eps[i] = net.JoinHostPort(n.Addr().String(), strconv.Itoa(ClientPort))
 	}
-	return targets.RecipeConfig{Kind: "etcd", Endpoints: eps, TTL: targets.Duration(c.ttl), Options: c.opts}
+	return targets.RecipeConfig{Kind: Name, Endpoints: eps, TTL: targets.Duration(c.ttl), Options: c.opts}
 }
 
 // Versions implements targets.Cluster.
 func (c *Cluster) Versions(ctx context.Context) map[string]string {
-	out, err := runtime.Run(ctx, c.nodes[0], "/usr/local/bin/etcd", "--version")
+	out, err := runtime.Run(ctx, c.nodes[0], Binary, "--version")
 	if err != nil {
 		return map[string]string{"etcd": "unknown"}
 	}
@@ -171,7 +160,7 @@ func Probe(ctx context.Context, endpoint string) (Status, error) {
 
 // status runs the probe inside n.
 func status(ctx context.Context, n runtime.Node) (Status, error) {
-	return targets.ProbeJSON[Status](ctx, n, "/usr/local/bin/splitbrain", "probe", "etcd", "--endpoint", net.JoinHostPort("127.0.0.1", strconv.Itoa(ClientPort)))
+	return targets.ProbeJSON[Status](ctx, n, images.Self.Dest, "probe", Name, "--endpoint", net.JoinHostPort("127.0.0.1", strconv.Itoa(ClientPort)))
 }
 
 // statuses asks every member for its status at once.

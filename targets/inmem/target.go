@@ -19,12 +19,9 @@ type Target struct {
 	Alias string
 }
 
-var (
-	_ targets.Target = Target{}
-	_ targets.Sizer  = Target{}
-)
+var _ targets.Target = Target{}
 
-// Name implements targets.Target.
+// Name is the target's name: [Name], or its Alias.
 func (t Target) Name() string {
 	if t.Alias != "" {
 		return t.Alias
@@ -32,14 +29,16 @@ func (t Target) Name() string {
 	return Name
 }
 
-// Roles implements targets.Target.
-func (Target) Roles() []string { return []string{Role} }
-
-// Size implements targets.Sizer: one node.
-func (Target) Size() int { return 1 }
-
-// Leads implements targets.Sizer: one node has no leader to isolate.
-func (Target) Leads() bool { return false }
+// Backend declares the target as a backend without registering it (tests
+// hand it to the harness through harness.Deps.Backends): one node of role
+// [Role], no leader, recipe [Kind], which accepts the [ParseOptions]
+// switches.
+func (t Target) Backend() targets.Backend {
+	return targets.Backend{
+		Name: t.Name(), Title: "in-memory lock service (tests)", Target: t,
+		Roles: []targets.Role{{Name: Role}}, Size: 1, Recipe: Kind,
+	}
+}
 
 // Start implements targets.Target: it starts node n1 and returns a cluster
 // whose recipe is of kind [Kind], with the run's TTL and recipe options
@@ -76,3 +75,20 @@ func (c *Cluster) Recipe() targets.RecipeConfig { return c.recipe }
 
 // Versions implements targets.Cluster.
 func (c *Cluster) Versions(context.Context) map[string]string { return map[string]string{Name: "1"} }
+
+// RecipeOptions are the recipe options [ParseOptions] reads.
+var RecipeOptions = []targets.Option{
+	{Name: "expiry", Values: []string{"ttl", "none"}, Doc: "none: locks never expire"},
+	{Name: "release", Values: []string{"checked", "unchecked"}, Doc: "unchecked: a release deletes whoever's lock it finds"},
+	{Name: "tokens", Values: []string{"forward", "backward"}, Doc: "backward: every grant's token is below the one before"},
+	{Name: "available", Values: []string{"yes", "no"}, Doc: "no: every acquisition fails unavailable"},
+}
+
+// Recipe declares the lock recipe of kind [Kind] on s, for a test to
+// register with targets.RegisterRecipe (nothing registers it otherwise).
+func Recipe(s *Service) targets.Recipe {
+	return targets.Recipe{
+		Kind: Kind, Backends: []string{Name}, Fencing: true, CheckedRelease: true,
+		Options: RecipeOptions, New: s.Factory(),
+	}
+}

@@ -14,7 +14,6 @@ import (
 	"github.com/splitbrain/splitbrain/internal/testenv"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/docker"
-	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/lockd"
 	"github.com/splitbrain/splitbrain/targets/lockd/server"
@@ -29,7 +28,7 @@ import (
 // holder's lease ran out.
 func TestDockerCluster(t *testing.T) {
 	cli := testenv.Docker(t)
-	imgs := testenv.Images(t, cli, images.RoleLockd)
+	imgs := testenv.Images(t, cli, lockd.Role)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	runID := fmt.Sprintf("lk%d", time.Now().UnixNano()%1e9)

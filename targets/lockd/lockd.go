@@ -27,7 +27,6 @@ import (
 	"log/slog"
 	"maps"
 	"net"
-	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,7 +55,8 @@ const DataDir = "/var/lib/lockd"
 // binary, and so this package's server).
 const Version = server.Version
 
-// Binary is the splitbrain binary in the lockd image.
+// Binary is the splitbrain binary in the lockd image, which runs the
+// server (the `splitbrain lockd` program).
 const Binary = "/usr/local/bin/splitbrain"
 
 // Raft timing for fault testing: a leader that stops answering is replaced
@@ -90,27 +90,15 @@ type Target struct {
 	MaxTTL time.Duration
 }
 
-var (
-	_ targets.Target = Target{}
-	_ targets.Sizer  = Target{}
-)
+var _ targets.Target = Target{}
 
-// Name implements targets.Target.
-func (Target) Name() string { return "lockd" }
-
-// Roles implements targets.Target.
-func (Target) Roles() []string { return []string{Role} }
-
-// Size implements targets.Sizer: the cluster size (3 by default).
+// Size is the cluster size (3 by default).
 func (t Target) Size() int {
 	if t.Nodes <= 0 {
 		return 3
 	}
 	return t.Nodes
 }
-
-// Leads implements targets.Sizer: a Raft cluster has a leader to isolate.
-func (Target) Leads() bool { return true }
 
 // ServerOptions are the server settings a run chooses.
 type ServerOptions struct {
@@ -160,7 +148,7 @@ func Command(id string, peers map[string]string, so ServerOptions) []string {
 	for _, n := range targets.SortedNames(peers) {
 		list = append(list, n+"="+net.JoinHostPort(peers[n], strconv.Itoa(RaftPort)))
 	}
-	return []string{Binary, "lockd",
+	return []string{Binary, Name,
 		"--id", id,
 		"--peers", strings.Join(list, ","),
 		"--http-addr", fmt.Sprintf(":%d", HTTPPort),
@@ -236,7 +224,7 @@ func (c *Cluster) Recipe() targets.RecipeConfig {
 	for i, n := range c.nodes {
 		eps[i] = net.JoinHostPort(n.Addr().String(), strconv.Itoa(HTTPPort))
 	}
-	return targets.RecipeConfig{Kind: "lockd", Endpoints: eps, TTL: targets.Duration(c.ttl), Options: c.opts}
+	return targets.RecipeConfig{Kind: Name, Endpoints: eps, TTL: targets.Duration(c.ttl), Options: c.opts}
 }
 
 // Versions implements targets.Cluster: lockd's version and the Raft
@@ -285,25 +273,11 @@ func Probe(ctx context.Context, endpoint string) (Status, error) {
 
 // RaftVersion is the version of github.com/hashicorp/raft built into this
 // binary, or "" when the binary carries no module information.
-func RaftVersion() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return ""
-	}
-	for _, d := range bi.Deps {
-		if d.Path == "github.com/hashicorp/raft" {
-			if d.Replace != nil {
-				return d.Replace.Version
-			}
-			return d.Version
-		}
-	}
-	return ""
-}
+func RaftVersion() string { return targets.ModuleVersion("github.com/hashicorp/raft") }
 
 // status runs the probe inside n.
 func status(ctx context.Context, n runtime.Node) (Status, error) {
-	return targets.ProbeJSON[Status](ctx, n, Binary, "probe", "lockd", "--endpoint", net.JoinHostPort("127.0.0.1", strconv.Itoa(HTTPPort)))
+	return targets.ProbeJSON[Status](ctx, n, Binary, "probe", Name, "--endpoint", net.JoinHostPort("127.0.0.1", strconv.Itoa(HTTPPort)))
 }
 
 // Statuses asks every node for its status, concurrently; a node that does

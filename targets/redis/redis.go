@@ -50,22 +50,7 @@ const Role = "redis"
 // Target is the single-node Redis backend.
 type Target struct{}
 
-var (
-	_ targets.Target = Target{}
-	_ targets.Sizer  = Target{}
-)
-
-// Name implements targets.Target.
-func (Target) Name() string { return "redis" }
-
-// Roles implements targets.Target.
-func (Target) Roles() []string { return []string{Role} }
-
-// Size implements targets.Sizer: one node.
-func (Target) Size() int { return 1 }
-
-// Leads implements targets.Sizer: a single node has no leader to isolate.
-func (Target) Leads() bool { return false }
+var _ targets.Target = Target{}
 
 // Command is the Redis server's command line: no persistence, reachable on
 // the run's network.
@@ -141,7 +126,7 @@ func (c *cluster) Nodes() []runtime.Node { return []runtime.Node{c.node} }
 
 func (c *cluster) Recipe() targets.RecipeConfig {
 	return targets.RecipeConfig{
-		Kind:      "redis",
+		Kind:      Name,
 		Endpoints: []string{net.JoinHostPort(c.node.Addr().String(), strconv.Itoa(Port))},
 		TTL:       targets.Duration(c.ttl),
 		Options:   c.opts,

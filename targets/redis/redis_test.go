@@ -11,7 +11,6 @@ import (
 	"github.com/testcontainers/testcontainers-go/wait"
 
 	"github.com/splitbrain/splitbrain/internal/testenv"
-	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
@@ -20,7 +19,7 @@ import (
 func startRedis(t *testing.T) (string, testcontainers.Container) {
 	t.Helper()
 	cli := testenv.Docker(t)
-	img := testenv.Images(t, cli, images.RoleRedis)[images.RoleRedis]
+	img := testenv.Images(t, cli, Role)[Role]
 	// No reaper (its image cannot be pulled), and the mapped port on
 	// loopback: left alone, testcontainers may pick a gateway address, and
 	// test traffic must stay on loopback and the project's own containers.

@@ -1,0 +1,60 @@
+package etcd
+
+import (
+	"context"
+	"net"
+	"strconv"
+
+	"github.com/splitbrain/splitbrain/runtime/images"
+	"github.com/splitbrain/splitbrain/targets"
+)
+
+// Name is the backend's name and its recipe's kind.
+const Name = "etcd"
+
+// BuildDir is the module that builds etcd, relative to the repository: its
+// go.mod pins the server release.
+const BuildDir = "targets/etcd/build"
+
+// Binary is the etcd server in the etcd image.
+const Binary = "/usr/local/bin/etcd"
+
+// ClientLibrary is the library the lock recipe is built on.
+const ClientLibrary = "go.etcd.io/etcd/client/v3"
+
+// NodeRole is the role of etcd members: the pinned etcd release built
+// static on this machine, its data in DataDir, its clock skewed through
+// the vDSO (a Go program).
+var NodeRole = targets.Role{
+	Name:      Role,
+	Files:     []images.File{images.GoBinary("etcd", BuildDir, ".", Binary)},
+	StateDirs: []string{DataDir},
+}
+
+func init() {
+	targets.Register(targets.Backend{
+		Name:    Name,
+		Title:   "a 3-member etcd cluster (Raft)",
+		Target:  Target{},
+		Roles:   []targets.Role{NodeRole},
+		Size:    Target{}.Size(),
+		Leads:   true,
+		Durable: true,
+		Recipe:  Name,
+		Probe: &targets.Probe{
+			Endpoint: net.JoinHostPort("127.0.0.1", strconv.Itoa(ClientPort)),
+			Run:      func(ctx context.Context, endpoint string) (any, error) { return Probe(ctx, endpoint) },
+		},
+	})
+	targets.RegisterRecipe(targets.Recipe{
+		Kind:     Name,
+		Backends: []string{Name},
+		Library:  ClientLibrary + "/concurrency",
+		Version:  targets.ModuleVersion(ClientLibrary),
+		Fencing:  true, CheckedRelease: true, Renews: true,
+		Options: []targets.Option{
+			{Name: "endpoints", Values: []string{"pinned", "all"}, Doc: "pinned: client cN talks to member N only; all: to every member"},
+		},
+		New: NewLocker,
+	})
+}

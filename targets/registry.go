@@ -1,0 +1,415 @@
+package targets
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/images"
+)
+
+// Backend declares a lock backend: everything the rest of splitbrain needs
+// to know about it, so that nothing else names it. A backend package
+// registers its Backend with [Register] from its init function (the shape
+// of database/sql drivers); package catalog imports every backend we ship.
+type Backend struct {
+	// Name is the backend's name on the command line ("--target NAME").
+	Name string
+	// Title says in a few words what it is, for help texts.
+	Title string
+	// Target brings it up on a runtime.
+	Target Target
+	// Roles are its nodes' roles: how each one's image is made, where its
+	// nodes keep state, how its processes are clock-skewed.
+	Roles []Role
+	// Size is the number of lock-service nodes it runs, and Leads says
+	// whether one of them leads: impossible faults (a majority partition
+	// of one node, isolating the leader of a leaderless service) are
+	// refused up front, and scenarios choose by them.
+	Size  int
+	Leads bool
+	// Durable says that a killed and restarted node keeps its locks and
+	// tokens (its state is on disk); a backend that forgets them is not
+	// killed by the scenarios that test the correct pattern.
+	Durable bool
+	// Recipe is the kind of the lock recipe its clusters hand to clients
+	// (RecipeConfig.Kind), registered with [RegisterRecipe].
+	Recipe string
+	// Options are the backend's own settings a run may set with
+	// --recipe-opt (server settings, say), beside its recipe's options.
+	Options []Option
+	// Probe, when set, is its health probe, the hidden `splitbrain probe
+	// NAME` command its Target runs inside its nodes.
+	Probe *Probe
+	// Programs are programs of the splitbrain binary its nodes run as
+	// their main process (`splitbrain NAME [flags]`, hidden commands).
+	Programs []Program
+}
+
+// Role is one node role of a backend.
+type Role struct {
+	// Name is the role (runtime.NodeSpec.Role) and its images' name
+	// (splitbrain-<Name>).
+	Name string
+	// Packages are the Debian packages its image adds to the shared base.
+	Packages []string
+	// Files are the files its image holds beyond the splitbrain binary,
+	// made on this machine (images.GoBinary, images.BuiltFile); SSH hosts
+	// get them too.
+	Files []images.File
+	// StateDirs are absolute directories its nodes keep state in; on SSH
+	// hosts each node gets its own copy of each (co-located nodes and runs
+	// never share one).
+	StateDirs []string
+	// HostSetup says what an SSH host must have for the role's nodes,
+	// shown when a node's program is missing there ("apt-get install
+	// ...").
+	HostSetup string
+	// Clock says how the clock nemesis skews its nodes' main process.
+	Clock Clock
+}
+
+// Clock says how the clock nemesis skews a role's main process, one
+// process at a time, never the host's clock.
+type Clock struct {
+	// Shim says the process runs under splitbrain's LD_PRELOAD clock shim
+	// (its command preloads it and its image holds it: C programs whose
+	// allocator or libc defeats other ways). False means vDSO injection,
+	// for programs that read the clock through the vDSO (Go programs),
+	// which needs SYS_PTRACE in the node.
+	Shim bool
+	// Now asks the process itself for its time, as the nemesis verifies a
+	// shim's skew (required with Shim).
+	Now func(ctx context.Context, n runtime.Node) (time.Time, error)
+}
+
+// Option is a setting a run may give with --recipe-opt NAME=VALUE.
+type Option struct {
+	Name string
+	// Values are the values it accepts, the default first; empty means
+	// any value the doc describes (a duration, say).
+	Values []string
+	// Doc says in one line what it does.
+	Doc string
+}
+
+// Probe is a backend's health probe: `splitbrain probe <backend>
+// [--endpoint host:port]`, run inside one of its nodes against the node's
+// own service, prints Run's answer as one JSON object.
+type Probe struct {
+	// Endpoint is the default --endpoint.
+	Endpoint string
+	// Run asks the service at endpoint for its status.
+	Run func(ctx context.Context, endpoint string) (any, error)
+}
+
+// Program is a program of the splitbrain binary that runs as a node's
+// main process (PID 1 in a container): `splitbrain <Name> [flags]`. It
+// gets a context cancelled on SIGTERM or SIGINT, and a logger at the
+// command line's --log-level.
+type Program struct {
+	Name  string
+	Short string
+	// Flags registers the program's flags on fs and returns a check of
+	// their values, run after parsing (an error is bad input), and the
+	// program itself.
+	Flags func(fs *flag.FlagSet) (check func() error, run func(ctx context.Context, log *slog.Logger) error)
+}
+
+// Recipe declares a lock recipe: the client side of one or more backends,
+// which agents run. Register it with [RegisterRecipe] from the package's
+// init function.
+type Recipe struct {
+	// Kind is its name (RecipeConfig.Kind).
+	Kind string
+	// Backends are the backends it serves.
+	Backends []string
+	// Library and Version name the third-party library it is built on,
+	// when it is one (its import path or package name, and the version
+	// built in); empty for our own recipes.
+	Library, Version string
+	// Fencing says that Lease.Token is a fencing token (strictly greater
+	// for every later grant of a key).
+	Fencing bool
+	// CheckedRelease says that a release only deletes the caller's own
+	// lock.
+	CheckedRelease bool
+	// Renews says that a held lease is renewed in the background (a
+	// watchdog or keep-alive) rather than lasting one fixed TTL.
+	Renews bool
+	// Options are the recipe options it accepts (RecipeConfig.Options).
+	Options []Option
+	// New makes a Locker for one client.
+	New LockerFactory
+}
+
+var (
+	regMu       sync.RWMutex
+	backends    = map[string]Backend{}
+	recipes     = map[string]Recipe{}
+	defaultName string
+)
+
+// Register makes a backend known by its name. It panics when the
+// declaration is incomplete or the name, a role or a program is taken:
+// registrations run from init functions, and either is a programming
+// error. Its roles' images become buildable (images.Register).
+func Register(b Backend) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	fail := func(format string, args ...any) {
+		panic(fmt.Sprintf("targets: register %q: ", b.Name) + fmt.Sprintf(format, args...))
+	}
+	switch {
+	case b.Name == "" || strings.ContainsAny(b.Name, " ,=/"):
+		fail("want a name without spaces, commas, '=' or '/'")
+	case b.Target == nil:
+		fail("no Target")
+	case len(b.Roles) == 0:
+		fail("no roles")
+	case b.Size < 1:
+		fail("Size %d: want at least 1", b.Size)
+	case b.Recipe == "":
+		fail("no Recipe")
+	}
+	if _, dup := backends[b.Name]; dup {
+		fail("registered twice")
+	}
+	for _, o := range backends {
+		for _, p := range b.Programs {
+			if slices.ContainsFunc(o.Programs, func(q Program) bool { return q.Name == p.Name }) {
+				fail("program %q is also %s's", p.Name, o.Name)
+			}
+		}
+	}
+	for _, p := range b.Programs {
+		if p.Name == "" || p.Flags == nil {
+			fail("program %q needs a name and flags", p.Name)
+		}
+	}
+	if b.Probe != nil && b.Probe.Run == nil {
+		fail("probe without Run")
+	}
+	for _, r := range b.Roles {
+		if r.Clock.Shim && r.Clock.Now == nil {
+			fail("role %s runs under the clock shim but has no Clock.Now", r.Name)
+		}
+		for _, d := range r.StateDirs {
+			if !strings.HasPrefix(d, "/") {
+				fail("role %s: state directory %q is not absolute", r.Name, d)
+			}
+		}
+	}
+	for _, r := range b.Roles {
+		images.Register(images.Role{Name: r.Name, Packages: r.Packages, Files: r.Files})
+	}
+	backends[b.Name] = b
+}
+
+// Lookup returns the backend called name; the error names the known ones.
+func Lookup(name string) (Backend, error) {
+	regMu.RLock()
+	b, ok := backends[name]
+	regMu.RUnlock()
+	if !ok {
+		return Backend{}, fmt.Errorf("unknown target %q (known: %s)", name, strings.Join(Names(), ", "))
+	}
+	return b, nil
+}
+
+// Names lists the registered backends' names, sorted.
+func Names() []string {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	out := make([]string, 0, len(backends))
+	for n := range backends {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Backends returns every registered backend, sorted by name.
+func Backends() []Backend {
+	var out []Backend
+	for _, n := range Names() {
+		b, _ := Lookup(n)
+		out = append(out, b)
+	}
+	return out
+}
+
+// SetDefault names the backend a run brings up when none is named (the
+// catalogue chooses it).
+func SetDefault(name string) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	defaultName = name
+}
+
+// Default is the backend SetDefault named, else the first registered one
+// by name, else "".
+func Default() string {
+	regMu.RLock()
+	d := defaultName
+	regMu.RUnlock()
+	if d != "" {
+		return d
+	}
+	if ns := Names(); len(ns) > 0 {
+		return ns[0]
+	}
+	return ""
+}
+
+// RegisterRecipe makes a lock recipe known by its kind. It panics when the
+// kind is empty or taken, or the recipe cannot make lockers.
+func RegisterRecipe(r Recipe) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	switch _, dup := recipes[r.Kind]; {
+	case r.Kind == "" || r.New == nil || len(r.Backends) == 0:
+		panic(fmt.Sprintf("targets: register recipe %q: want a kind, a factory and the backends it serves", r.Kind))
+	case dup:
+		panic(fmt.Sprintf("targets: recipe %q registered twice", r.Kind))
+	}
+	recipes[r.Kind] = r
+}
+
+// LookupRecipe returns the recipe of kind; the error names the known ones.
+func LookupRecipe(kind string) (Recipe, error) {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	r, ok := recipes[kind]
+	if !ok {
+		known := make([]string, 0, len(recipes))
+		for k := range recipes {
+			known = append(known, k)
+		}
+		slices.Sort(known)
+		return Recipe{}, fmt.Errorf("unknown lock recipe %q (known: %s)", kind, strings.Join(known, ", "))
+	}
+	return r, nil
+}
+
+// Recipes returns every registered recipe, sorted by kind.
+func Recipes() []Recipe {
+	regMu.RLock()
+	defer regMu.RUnlock()
+	out := make([]Recipe, 0, len(recipes))
+	for _, r := range recipes {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b Recipe) int { return strings.Compare(a.Kind, b.Kind) })
+	return out
+}
+
+// Lockers maps every registered recipe's kind to its factory, as client
+// agents need them.
+func Lockers() map[string]LockerFactory {
+	out := map[string]LockerFactory{}
+	for _, r := range Recipes() {
+		out[r.Kind] = r.New
+	}
+	return out
+}
+
+// RecipesFor returns the recipes that serve the backend called name.
+func RecipesFor(name string) []Recipe {
+	var out []Recipe
+	for _, r := range Recipes() {
+		if slices.Contains(r.Backends, name) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// RoleNames lists the backend's roles.
+func (b Backend) RoleNames() []string {
+	out := make([]string, len(b.Roles))
+	for i, r := range b.Roles {
+		out[i] = r.Name
+	}
+	return out
+}
+
+// StateDirs lists the state directories of all the backend's roles.
+func (b Backend) StateDirs() []string {
+	var out []string
+	for _, r := range b.Roles {
+		for _, d := range r.StateDirs {
+			if !slices.Contains(out, d) {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// RunRecipe is the registered recipe the backend's runs use (b.Recipe).
+func (b Backend) RunRecipe() (Recipe, error) {
+	r, err := LookupRecipe(b.Recipe)
+	if err != nil {
+		return Recipe{}, fmt.Errorf("target %s: %w", b.Name, err)
+	}
+	return r, nil
+}
+
+// AllOptions are the --recipe-opt settings a run of the backend accepts:
+// the backend's own and its recipe's.
+func (b Backend) AllOptions() ([]Option, error) {
+	r, err := b.RunRecipe()
+	if err != nil {
+		return nil, err
+	}
+	return append(slices.Clone(b.Options), r.Options...), nil
+}
+
+// Accepts reports whether a run of the backend takes the option
+// name=value.
+func (b Backend) Accepts(name, value string) bool {
+	return b.CheckOptions(map[string]string{name: value}) == nil
+}
+
+// CheckOptions returns an error naming the first of opts that a run of the
+// backend does not accept — an unknown name (a misspelt anti-pattern
+// switch would otherwise silently test the safe recipe) or a value not
+// among the option's Values — and what it does accept.
+func (b Backend) CheckOptions(opts map[string]string) error {
+	if len(opts) == 0 {
+		return nil
+	}
+	all, err := b.AllOptions()
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(opts))
+	for k := range opts {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	for _, k := range names {
+		i := slices.IndexFunc(all, func(o Option) bool { return o.Name == k })
+		if i < 0 {
+			known := make([]string, len(all))
+			for j, o := range all {
+				known[j] = o.Name
+			}
+			if len(known) == 0 {
+				return fmt.Errorf("option %s: target %s takes none", k, b.Name)
+			}
+			return fmt.Errorf("unknown option %s for target %s (known: %s)", k, b.Name, strings.Join(known, ", "))
+		}
+		if o := all[i]; len(o.Values) > 0 && !slices.Contains(o.Values, opts[k]) {
+			return fmt.Errorf("option %s=%q for target %s: want one of %s", k, opts[k], b.Name, strings.Join(o.Values, ", "))
+		}
+	}
+	return nil
+}

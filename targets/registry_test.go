@@ -1,0 +1,127 @@
+package targets
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/images"
+)
+
+type nopTarget struct{}
+
+func (nopTarget) Start(context.Context, runtime.Runtime, Options) (Cluster, error) { return nil, nil }
+
+func nopLocker(context.Context, RecipeConfig, string, *slog.Logger) (Locker, error) { return nil, nil }
+
+// decl is a complete declaration of a backend called name.
+func decl(name string) Backend {
+	return Backend{Name: name, Target: nopTarget{}, Roles: []Role{{Name: name + "-node", Packages: []string{"socat"}}}, Size: 3, Leads: true, Recipe: name}
+}
+
+func mustPanic(t *testing.T, want string, f func()) {
+	t.Helper()
+	defer func() {
+		t.Helper()
+		p := recover()
+		if p == nil || !strings.Contains(p.(string), want) {
+			t.Fatalf("panic %v, want one naming %q", p, want)
+		}
+	}()
+	f()
+}
+
+func TestRegisterAndLookup(t *testing.T) {
+	Register(decl("rt-b"))
+	Register(decl("rt-a"))
+	RegisterRecipe(Recipe{Kind: "rt-a", Backends: []string{"rt-a"}, New: nopLocker, Options: []Option{
+		{Name: "mode", Values: []string{"safe", "unsafe"}}, {Name: "delay"},
+	}})
+	b, err := Lookup("rt-a")
+	if err != nil || b.Name != "rt-a" || b.Size != 3 {
+		t.Fatalf("Lookup = %+v, %v", b, err)
+	}
+	if _, err := Lookup("rt-c"); err == nil || !strings.Contains(err.Error(), `unknown target "rt-c" (known: rt-a, rt-b)`) {
+		t.Fatalf("Lookup(rt-c): %v", err)
+	}
+	if got := Names(); !slices.Equal(got, []string{"rt-a", "rt-b"}) {
+		t.Fatalf("Names() = %v", got)
+	}
+	if Default() != "rt-a" {
+		t.Fatalf("Default() = %q without SetDefault, want the first by name", Default())
+	}
+	SetDefault("rt-b")
+	defer SetDefault("")
+	if Default() != "rt-b" {
+		t.Fatalf("Default() = %q", Default())
+	}
+	if p, err := images.PlanRole("rt-a-node"); err != nil || !slices.Equal(p.Packages, []string{"socat"}) {
+		t.Fatalf("the role's image plan: %+v, %v", p, err)
+	}
+	if _, ok := Lockers()["rt-a"]; !ok {
+		t.Fatal("no locker factory")
+	}
+	if _, err := LookupRecipe("rt-z"); err == nil || !strings.Contains(err.Error(), "known: rt-a") {
+		t.Fatalf("LookupRecipe(rt-z): %v", err)
+	}
+
+	mustPanic(t, "registered twice", func() { Register(decl("rt-a")) })
+	mustPanic(t, "registered twice", func() {
+		RegisterRecipe(Recipe{Kind: "rt-a", Backends: []string{"rt-a"}, New: nopLocker})
+	})
+	bad := decl("rt-bad")
+	bad.Target = nil
+	mustPanic(t, "no Target", func() { Register(bad) })
+	bad = decl("rt-bad")
+	bad.Roles[0].Clock = Clock{Shim: true}
+	mustPanic(t, "Clock.Now", func() { Register(bad) })
+	bad = decl("rt-bad")
+	bad.Roles[0].StateDirs = []string{"var/lib/x"}
+	mustPanic(t, "not absolute", func() { Register(bad) })
+	bad = decl("rt-bad")
+	bad.Roles[0].Packages = []string{"cowsay"}
+	bad.Roles[0].Name = "rt-a-node"
+	mustPanic(t, "registered twice, differently", func() { Register(bad) })
+}
+
+func TestCheckOptions(t *testing.T) {
+	Register(decl("co"))
+	RegisterRecipe(Recipe{Kind: "co", Backends: []string{"co"}, New: nopLocker, Options: []Option{
+		{Name: "mode", Values: []string{"safe", "unsafe"}}, {Name: "delay"},
+	}})
+	b, _ := Lookup("co")
+	b.Options = []Option{{Name: "server-knob"}}
+	tests := []struct {
+		opts map[string]string
+		want string // "" = accepted
+	}{
+		{nil, ""},
+		{map[string]string{"mode": "unsafe", "delay": "2s", "server-knob": "x"}, ""},
+		{map[string]string{"mdoe": "unsafe"}, "unknown option mdoe for target co (known: server-knob, mode, delay)"},
+		{map[string]string{"mode": "reckless"}, `option mode="reckless" for target co: want one of safe, unsafe`},
+	}
+	for _, tt := range tests {
+		err := b.CheckOptions(tt.opts)
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || err.Error() != tt.want) {
+			t.Errorf("CheckOptions(%v) = %v, want %q", tt.opts, err, tt.want)
+		}
+	}
+	if !b.Accepts("mode", "unsafe") || b.Accepts("mode", "reckless") {
+		t.Error("Accepts disagrees with CheckOptions")
+	}
+	none := decl("co-none")
+	none.Recipe = "co-none"
+	Register(none)
+	RegisterRecipe(Recipe{Kind: "co-none", Backends: []string{"co-none"}, New: nopLocker})
+	b, _ = Lookup("co-none")
+	if err := b.CheckOptions(map[string]string{"mode": "x"}); err == nil || !strings.Contains(err.Error(), "takes none") {
+		t.Errorf("a backend without options: %v", err)
+	}
+	orphan := decl("co-orphan")
+	if err := orphan.CheckOptions(map[string]string{"mode": "x"}); err == nil || !strings.Contains(err.Error(), "unknown lock recipe") {
+		t.Errorf("a backend whose recipe is not registered: %v", err)
+	}
+}
