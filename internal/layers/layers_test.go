@@ -18,7 +18,7 @@ import (
 // and this list with the last one.
 var allowed = map[Edge]string{
 	// The clock mechanism moves to internal/clockskew (h/b-faults).
-	{"targets/redis", "nemesis/clock"}:  "h/b-faults",
+	{"targets/redis", "nemesis/clock"}: "h/b-faults",
 	// The SSH clean-up takes the chain's name from below (h/b-faults).
 	{"runtime/ssh", "nemesis"}: "h/b-faults",
 }
