@@ -14,6 +14,7 @@ import (
 	_ "github.com/splitbrain/splitbrain/targets/etcd"
 	_ "github.com/splitbrain/splitbrain/targets/lockd"
 	_ "github.com/splitbrain/splitbrain/targets/redis"
+	_ "github.com/splitbrain/splitbrain/targets/zookeeper"
 )
 
 // DefaultTarget is the backend `splitbrain run` brings up when none is

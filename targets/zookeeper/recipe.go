@@ -1,0 +1,349 @@
+package zookeeper
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/splitbrain/splitbrain/targets"
+)
+
+// LockRoot is the parent of every lock's parent znode (the lock on key k
+// lives under LockRoot/k), the same for every client library.
+const LockRoot = "/splitbrain/locks"
+
+// ClientLibrary is the Go library of the in-process recipe.
+const ClientLibrary = "github.com/go-zookeeper/zk"
+
+// Locker is the go-zookeeper recipe for one client: one ZooKeeper session
+// whose timeout is the lease TTL, and go-zookeeper's zk.Lock per
+// acquisition. The token is the czxid of the holder's lock node (see the
+// package doc).
+//
+// go-zookeeper's Lock cannot be cancelled and does not remove its node when
+// it fails, so an acquisition abandoned at its deadline, or one that
+// failed, ends the Locker's session (closing it deletes the session's
+// ephemeral nodes; a new session is made for the next acquisition). The
+// agent holds one lock at a time, so that ends nobody else's lock.
+//
+// What go-zookeeper tells its caller: nothing, through the Lock. The
+// connection's events say Disconnected when the connection is lost and
+// Expired only once it reaches a member again and hears that the session
+// is gone — after which it opens a new session by itself, silently. A
+// holder learns it lost the lock when its Unlock fails (no node). The
+// Locker logs each event.
+type Locker struct {
+	eps    []string
+	ttl    time.Duration
+	client string
+	log    *slog.Logger
+
+	mu   sync.Mutex
+	conn *zk.Conn
+	// expired counts sessions that expired under us: the session's
+	// keep-alive failed for a whole TTL.
+	expired atomic.Int64
+	// falseGrants counts Lock calls that returned while the lowest node
+	// was not ours (a session replaced under a waiting Lock).
+	falseGrants atomic.Int64
+}
+
+var (
+	_ targets.Locker       = (*Locker)(nil)
+	_ targets.RenewCounter = (*Locker)(nil)
+)
+
+// ClientEndpoints chooses a client's endpoints: with mode "all" (the
+// default, as ZooKeeper clients are configured) the whole ensemble, with
+// "pinned" client cN talks only to member N (mod the ensemble size).
+func ClientEndpoints(endpoints []string, client, mode string) ([]string, error) {
+	switch mode {
+	case "", "all":
+		return endpoints, nil
+	case "pinned":
+		n, err := strconv.Atoi(strings.TrimPrefix(client, "c"))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("pinned endpoints need a client named cN, got %q", client)
+		}
+		return []string{endpoints[(n-1)%len(endpoints)]}, nil
+	default:
+		return nil, fmt.Errorf("endpoints=%q: want all or pinned", mode)
+	}
+}
+
+// NewLocker is the recipe's targets.LockerFactory. The session is made at
+// the first acquisition.
+func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, log *slog.Logger) (targets.Locker, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("zookeeper recipe: no endpoints")
+	}
+	eps, err := ClientEndpoints(cfg.Endpoints, client, cfg.Options["endpoints"])
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper recipe: %w", err)
+	}
+	if time.Duration(cfg.TTL) <= 0 {
+		return nil, errors.New("zookeeper recipe: the lease TTL (session timeout) must be positive")
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Locker{eps: eps, ttl: time.Duration(cfg.TTL), client: client, log: log}, nil
+}
+
+// zkLogger sends go-zookeeper's log lines to slog at debug level.
+type zkLogger struct{ log *slog.Logger }
+
+func (z zkLogger) Printf(format string, args ...any) {
+	z.log.Debug("go-zookeeper: " + fmt.Sprintf(format, args...))
+}
+
+// connFor returns the live session, connecting (bounded by ctx) when
+// there is none.
+func (l *Locker) connFor(ctx context.Context) (*zk.Conn, error) {
+	l.mu.Lock()
+	c := l.conn
+	l.mu.Unlock()
+	if c == nil {
+		var err error
+		c, _, err = zk.Connect(l.eps, l.ttl,
+			zk.WithLogger(zkLogger{l.log}), zk.WithLogInfo(false),
+			zk.WithEventCallback(l.event))
+		if err != nil {
+			return nil, fmt.Errorf("zookeeper connect: %w: %w", targets.ErrUnavailable, err)
+		}
+		l.mu.Lock()
+		if l.conn != nil { // another acquisition connected first
+			old := c
+			c = l.conn
+			l.mu.Unlock()
+			go old.Close()
+		} else {
+			l.conn = c
+			l.mu.Unlock()
+		}
+	}
+	for c.State() != zk.StateHasSession {
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("zookeeper session: %w: state %v: %w", targets.ErrUnavailable, c.State(), ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return c, nil
+}
+
+// event logs the session's state changes: what go-zookeeper tells its
+// caller about connection loss and session expiry.
+func (l *Locker) event(ev zk.Event) {
+	if ev.Type != zk.EventSession {
+		return
+	}
+	switch ev.State {
+	case zk.StateExpired:
+		l.expired.Add(1)
+		l.log.Warn("zookeeper session expired (go-zookeeper opens a new one by itself)", "server", ev.Server)
+	case zk.StateDisconnected:
+		l.log.Info("zookeeper connection lost", "server", ev.Server)
+	case zk.StateHasSession:
+		l.log.Debug("zookeeper session", "server", ev.Server)
+	}
+}
+
+// dropConn ends c if it is still the Locker's session: the members delete
+// its ephemeral nodes (at once when the close reaches them, else when the
+// session times out), and the next acquisition makes a new session.
+func (l *Locker) dropConn(c *zk.Conn) {
+	l.mu.Lock()
+	if l.conn == c {
+		l.conn = nil
+	}
+	l.mu.Unlock()
+	go c.Close()
+}
+
+// lockPath is the parent znode of key's lock.
+func lockPath(key string) string { return LockRoot + "/" + key }
+
+// Acquire implements targets.Locker.
+func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error) {
+	c, err := l.connFor(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("acquire %s: %w", key, err)
+	}
+	lk := zk.NewLock(c, lockPath(key), zk.WorldACL(zk.PermAll))
+	done := make(chan error, 1)
+	go func() { done <- lk.Lock() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		// Lock waits on a watch that only a deletion or the end of the
+		// session ends: classify, then end the session.
+		cause := l.classify(c, key)
+		l.dropConn(c)
+		return nil, fmt.Errorf("acquire %s: %w: %w", key, cause, ctx.Err())
+	}
+	if err != nil {
+		// Lock may have left its node behind in a live session.
+		l.dropConn(c)
+		return nil, fmt.Errorf("acquire %s: %w: %w", key, targets.ErrUnavailable, err)
+	}
+	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	token, err := l.token(tctx, c, key)
+	if err != nil {
+		l.dropConn(c)
+		return nil, fmt.Errorf("acquire %s: %w", key, err)
+	}
+	return &lease{l: l, c: c, lk: lk, key: key, token: token}, nil
+}
+
+// token finds the lowest lock node of key, checks that it belongs to c's
+// session and returns its czxid. go-zookeeper's Lock does not say which
+// node it created, and returns as soon as no node of its own list is lower
+// than its own, without checking that its own still exists.
+func (l *Locker) token(ctx context.Context, c *zk.Conn, key string) (uint64, error) {
+	children, err := call(ctx, func() ([]string, error) {
+		ch, _, err := c.Children(lockPath(key))
+		return ch, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read token: %w: %w", targets.ErrUnavailable, err)
+	}
+	lowest, ok := LowestNode(children)
+	if !ok {
+		l.falseGrants.Add(1)
+		return 0, fmt.Errorf("read token: no lock node left (the session was replaced): %w", targets.ErrUnavailable)
+	}
+	st, err := call(ctx, func() (*zk.Stat, error) {
+		ok, st, err := c.Exists(lockPath(key) + "/" + lowest)
+		if err == nil && !ok {
+			err = zk.ErrNoNode
+		}
+		return st, err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("read token: %w: %w", targets.ErrUnavailable, err)
+	}
+	if sid := c.SessionID(); st.EphemeralOwner != sid {
+		l.falseGrants.Add(1)
+		return 0, fmt.Errorf("read token: the lowest lock node %s belongs to session %x, not ours (%x): %w", lowest, st.EphemeralOwner, sid, targets.ErrUnavailable)
+	}
+	return uint64(st.Czxid), nil
+}
+
+// LowestNode returns the lock node of the lowest sequence number among
+// children (names ending in a 10-digit sequence number, whatever their
+// prefix: go-zookeeper's "_c_<guid>-lock-", Curator's
+// "_c_<guid>-lock-", Kazoo's "<id>__lock__").
+func LowestNode(children []string) (string, bool) {
+	type node struct {
+		name string
+		seq  int64
+	}
+	var ns []node
+	for _, c := range children {
+		if len(c) < 10 {
+			continue
+		}
+		seq, err := strconv.ParseInt(c[len(c)-10:], 10, 64)
+		if err != nil {
+			continue
+		}
+		ns = append(ns, node{c, seq})
+	}
+	if len(ns) == 0 {
+		return "", false
+	}
+	return slices.MinFunc(ns, func(a, b node) int { return cmp.Compare(a.seq, b.seq) }).name, true
+}
+
+// classify tells a busy lock from an unavailable service after an
+// acquisition ran out of time: the session is live and the service lists
+// the lock's nodes quickly.
+func (l *Locker) classify(c *zk.Conn, key string) error {
+	if c.State() != zk.StateHasSession {
+		return targets.ErrUnavailable
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	children, err := call(ctx, func() ([]string, error) {
+		ch, _, err := c.Children(lockPath(key))
+		return ch, err
+	})
+	if err == nil && len(children) > 1 {
+		return targets.ErrBusy
+	}
+	return targets.ErrUnavailable
+}
+
+// call runs f, which go-zookeeper does not bound, until ctx is done.
+func call[T any](ctx context.Context, f func() (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// RenewFailures is the number of sessions that expired under the Locker.
+func (l *Locker) RenewFailures() int { return int(l.expired.Load()) }
+
+// Close implements targets.Locker: it closes the session.
+func (l *Locker) Close() error {
+	l.mu.Lock()
+	c := l.conn
+	l.conn = nil
+	l.mu.Unlock()
+	if c != nil {
+		c.Close()
+	}
+	return nil
+}
+
+type lease struct {
+	l     *Locker
+	c     *zk.Conn
+	lk    *zk.Lock
+	key   string
+	token uint64
+}
+
+func (s *lease) Token() uint64 { return s.token }
+
+// Release deletes the holder's own lock node (by its unique name:
+// owner-checked); no node means the session expired and the lock was
+// lost. When the service cannot be told, the session is ended, so that a
+// node left behind cannot outlive it.
+func (s *lease) Release(ctx context.Context) error {
+	_, err := call(ctx, func() (struct{}, error) { return struct{}{}, s.lk.Unlock() })
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, zk.ErrNoNode):
+		return fmt.Errorf("release %s: %w", s.key, targets.ErrNotOwner)
+	default:
+		s.l.dropConn(s.c)
+		return fmt.Errorf("release %s: %w: %w", s.key, targets.ErrUnavailable, err)
+	}
+}
