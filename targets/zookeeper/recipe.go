@@ -199,12 +199,13 @@ func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error)
 	}
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
+	sid, expired := c.SessionID(), l.expired.Load()
 	token, err := l.token(tctx, c, key)
 	if err != nil {
 		l.dropConn(c)
 		return nil, fmt.Errorf("acquire %s: %w", key, err)
 	}
-	return &lease{l: l, c: c, lk: lk, key: key, token: token}, nil
+	return &lease{l: l, c: c, lk: lk, key: key, token: token, sid: sid, expired: expired}, nil
 }
 
 // token finds the lowest lock node of key, checks that it belongs to c's
@@ -327,9 +328,24 @@ type lease struct {
 	lk    *zk.Lock
 	key   string
 	token uint64
+	// sid is the session the lock was granted in; expired is the
+	// Locker's count of expired sessions then.
+	sid     int64
+	expired int64
 }
 
+var _ targets.RenewCounter = (*lease)(nil)
+
 func (s *lease) Token() uint64 { return s.token }
+
+// RenewFailures is 1 when the session the lock was granted in expired (or
+// was replaced) since: its keep-alive failed and the lock was lost.
+func (s *lease) RenewFailures() int {
+	if s.l.expired.Load() > s.expired || s.c.SessionID() != s.sid {
+		return 1
+	}
+	return 0
+}
 
 // Release deletes the holder's own lock node (by its unique name:
 // owner-checked); no node means the session expired and the lock was
