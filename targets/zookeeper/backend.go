@@ -19,7 +19,11 @@ const Name = "zookeeper"
 // scripts, an example configuration and ZooInspector, and depends on
 // default-jre, which would pull in a JRE with X11; the members run
 // QuorumPeerMain from libzookeeper-java's jar directly.
-var Packages = []string{"libzookeeper-java", "openjdk-17-jre-headless", "libslf4j-java"}
+var Packages = []string{DebianPackage, "openjdk-17-jre-headless", "libslf4j-java"}
+
+// DebianPackage is the package of ZooKeeper's jars, whose version
+// results.json records beside the release the members report.
+const DebianPackage = "libzookeeper-java"
 
 // NodeRole is the role of ZooKeeper members: Debian's ZooKeeper on a
 // headless OpenJDK, its data in DataDir, the JVM's clock skewed through the

@@ -15,8 +15,8 @@ import (
 // Status is one member's answer to the `srvr` four-letter word, as
 // `splitbrain probe zookeeper` prints it.
 type Status struct {
-	// Version is the server's version line ("3.8.0-..."), up to the
-	// first comma.
+	// Version is the server's release ("3.8.0"), from its version line
+	// ("3.8.0-<commit>, built on ...").
 	Version string `json:"version"`
 	// Mode is "leader", "follower", "observer" or "standalone"; empty
 	// when the member does not serve (no quorum).
@@ -57,7 +57,8 @@ func ParseSrvr(out string) (Status, error) {
 		v = strings.TrimSpace(v)
 		switch strings.TrimSpace(k) {
 		case "Zookeeper version":
-			s.Version, _, _ = strings.Cut(v, ",")
+			v, _, _ = strings.Cut(v, ",")
+			s.Version, _, _ = strings.Cut(v, "-")
 			sawVersion = true
 		case "Mode":
 			s.Mode = v

@@ -64,6 +64,9 @@ type ServerConfig struct {
 	HeapMB int
 	// JVMOpts are extra JVM options (quoted as one flag, split on spaces).
 	JVMOpts string
+	// Untuned drops the start-up flags (serial collector, C1 only, a
+	// small initial heap): the JVM's defaults, for comparison.
+	Untuned bool
 }
 
 // DefaultServerConfig is the timing used for fault tests: a tick of
@@ -131,17 +134,22 @@ func (c ServerConfig) ZooCfg() string {
 
 // Argv is the JVM's command line.
 func (c ServerConfig) Argv() []string {
-	argv := []string{Java,
+	argv := []string{Java, fmt.Sprintf("-Xmx%dm", c.HeapMB)}
+	if !c.Untuned {
 		// Start fast and small: the serial collector, C1 only, no perf
 		// data file, the JDK's class-data archive.
-		"-Xms32m", fmt.Sprintf("-Xmx%dm", c.HeapMB), "-Xss512k",
-		"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData", "-Xshare:auto",
-		"-Djava.net.preferIPv4Stack=true",
+		argv = append(argv, "-Xms32m", "-Xss512k",
+			"-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-XX:-UsePerfData", "-Xshare:auto")
+	}
+	argv = append(argv, "-Djava.net.preferIPv4Stack=true",
 		"-Dorg.slf4j.simpleLogger.defaultLogLevel=info",
 		"-Dorg.slf4j.simpleLogger.showDateTime=true",
 		"-Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS",
 		"-Dzookeeper.jmx.log4j.disable=true",
-	}
+		// Elections resend their votes at most every second (the default
+		// backs off to a minute), so an ensemble whose members start, or
+		// come back from a partition, at different times elects quickly.
+		"-Dzookeeper.fastleader.maxNotificationInterval=1000")
 	argv = append(argv, strings.Fields(c.JVMOpts)...)
 	return append(argv, "-cp", Jar+":"+LogJar, MainClass, c.cfgPath())
 }
@@ -207,6 +215,7 @@ var ServerProgram = targets.Program{
 		fs.DurationVar(&c.MaxSession, "max-session", c.MaxSession, "maxSessionTimeout")
 		fs.IntVar(&c.HeapMB, "heap-mb", c.HeapMB, "JVM maximum heap, MiB")
 		fs.StringVar(&c.JVMOpts, "jvm-opts", "", "extra JVM options, space-separated")
+		fs.BoolVar(&c.Untuned, "untuned", false, "leave the JVM's start-up defaults (no serial collector, full JIT, default initial heap)")
 		// Closures, not method values: c is read after parsing.
 		return func() error { return c.Validate() }, func(_ context.Context, log *slog.Logger) error {
 			if err := c.Prepare(); err != nil {

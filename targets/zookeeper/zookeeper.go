@@ -80,6 +80,9 @@ const DataDir = "/var/lib/zookeeper"
 type Target struct {
 	// Nodes is the ensemble size (3 when zero).
 	Nodes int
+	// Untuned runs the JVMs with their start-up defaults
+	// (ServerConfig.Untuned), to measure what the tuning saves.
+	Untuned bool
 }
 
 var _ targets.Target = Target{}
@@ -95,6 +98,10 @@ func (t Target) Size() int {
 // Command is the command line of member name (nN, member number N) of an
 // ensemble of peers (name → address).
 func Command(name string, peers map[string]string) ([]string, error) {
+	return Target{}.command(name, peers)
+}
+
+func (t Target) command(name string, peers map[string]string) ([]string, error) {
 	var ps []string
 	for _, n := range targets.SortedNames(peers) {
 		id, err := memberID(n)
@@ -108,12 +115,16 @@ func Command(name string, peers map[string]string) ([]string, error) {
 		return nil, err
 	}
 	c := DefaultServerConfig()
-	return []string{images.Self.Dest, ServerProgram.Name,
+	cmd := []string{images.Self.Dest, ServerProgram.Name,
 		"--id", strconv.Itoa(id),
 		"--peers", strings.Join(ps, ","),
 		"--data-dir", DataDir,
 		"--tick", c.Tick.String(),
-	}, nil
+	}
+	if t.Untuned {
+		cmd = append(cmd, "--untuned")
+	}
+	return cmd, nil
 }
 
 // memberID is the member number of node nN.
@@ -134,7 +145,7 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 	}
 	cmds := map[string][]string{}
 	for _, n := range names {
-		if cmds[n], err = Command(n, peers); err != nil {
+		if cmds[n], err = t.command(n, peers); err != nil {
 			return nil, err
 		}
 	}
@@ -189,15 +200,21 @@ func (c *Cluster) Recipe() targets.RecipeConfig {
 	return targets.RecipeConfig{Kind: kind, Endpoints: c.Endpoints(), TTL: targets.Duration(c.ttl), Options: c.opts}
 }
 
-// Versions implements targets.Cluster: the version every member reports.
+// Versions implements targets.Cluster: the release the members report,
+// and the Debian package it came from.
 func (c *Cluster) Versions(ctx context.Context) map[string]string {
+	out := map[string]string{"zookeeper": "unknown"}
 	sts, errs := c.statuses(ctx)
 	for i, s := range sts {
 		if errs[i] == nil && s.Version != "" {
-			return map[string]string{"zookeeper": s.Version}
+			out["zookeeper"] = s.Version
+			break
 		}
 	}
-	return map[string]string{"zookeeper": "unknown"}
+	if b, err := runtime.Run(ctx, c.nodes[0], "dpkg-query", "-W", "-f=${Version}", DebianPackage); err == nil && len(b) > 0 {
+		out["zookeeper_debian"] = DebianPackage + " " + strings.TrimSpace(string(b))
+	}
+	return out
 }
 
 // status runs the probe inside n.

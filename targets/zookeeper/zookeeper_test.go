@@ -17,7 +17,7 @@ import (
 	"github.com/splitbrain/splitbrain/targets"
 )
 
-const srvrLeader = `Zookeeper version: 3.8.0-debian--1, built on 2023-01-10 00:00 UTC
+const srvrLeader = `Zookeeper version: 3.8.0-${mvngit.commit.id}, built on 2023-01-10 00:00 UTC
 Latency min/avg/max: 0/0.4348/5
 Received: 120
 Sent: 119
@@ -36,9 +36,9 @@ func TestParseSrvr(t *testing.T) {
 		want    Status
 		wantErr bool
 	}{
-		{name: "leader", in: srvrLeader, want: Status{Version: "3.8.0-debian--1", Mode: "leader", Zxid: 0x30000001c, Serving: true}},
+		{name: "leader", in: srvrLeader, want: Status{Version: "3.8.0", Mode: "leader", Zxid: 0x30000001c, Serving: true}},
 		{name: "follower", in: strings.Replace(srvrLeader, "Mode: leader", "Mode: follower", 1),
-			want: Status{Version: "3.8.0-debian--1", Mode: "follower", Zxid: 0x30000001c, Serving: true}},
+			want: Status{Version: "3.8.0", Mode: "follower", Zxid: 0x30000001c, Serving: true}},
 		{name: "no quorum", in: "This ZooKeeper instance is not currently serving requests\n", want: Status{}},
 		{name: "not whitelisted", in: "srvr is not executed because it is not in the whitelist.\n", wantErr: true},
 		{name: "garbage", in: "hello\n", wantErr: true},
