@@ -37,9 +37,11 @@ const (
 )
 
 // FourLetterWords are the four-letter words members answer: the health
-// probe's srvr and ruok, and mntr and conf for people looking at a kept
-// cluster. ZooKeeper 3.5+ answers only whitelisted words.
-var FourLetterWords = []string{"srvr", "ruok", "mntr", "conf", "stat"}
+// probe's srvr and ruok; cons, whose connection times (est=, lresp=) are
+// the JVM's own wall clock, which shows a clock skew from outside; mntr,
+// conf and stat for people looking at a kept ensemble. ZooKeeper 3.5+
+// answers only whitelisted words.
+var FourLetterWords = []string{"srvr", "ruok", "mntr", "conf", "stat", "cons"}
 
 // ServerConfig is one member's configuration: what `splitbrain zookeeper`
 // writes into zoo.cfg before it becomes the JVM.

@@ -99,7 +99,7 @@ func TestServerConfig(t *testing.T) {
 	cfg := c.ZooCfg()
 	for _, want := range []string{
 		"tickTime=200\n", "minSessionTimeout=400\n", "dataDir=/var/lib/zookeeper\n",
-		"4lw.commands.whitelist=srvr,ruok,mntr,conf,stat\n",
+		"4lw.commands.whitelist=srvr,ruok,mntr,conf,stat,cons\n",
 		"server.1=10.0.0.2:2888:3888;2181\n", "server.3=10.0.0.4:2888:3888;2181\n",
 	} {
 		if !strings.Contains(cfg, want) {
