@@ -13,7 +13,7 @@ import (
 // with ErrCorrupt — never panic —, the fast parser agrees with a plain
 // encoding/json reader, and what reads writes back the same.
 func FuzzRead(f *testing.F) {
-	seeds, _ := filepath.Glob("../../checkers/testdata/*/history.jsonl")
+	seeds, _ := filepath.Glob("../checkers/testdata/*/history.jsonl")
 	for _, s := range seeds {
 		b, err := os.ReadFile(s)
 		if err == nil {

@@ -14,6 +14,7 @@ import (
 func referenceRead(r io.Reader) ([]Event, ReadReport, error) {
 	var (
 		events []Event
+		lines  []int
 		rep    ReadReport
 	)
 	br := bufio.NewReader(r)
@@ -25,8 +26,10 @@ func referenceRead(r io.Reader) ([]Event, ReadReport, error) {
 		complete := len(line) > 0 && line[len(line)-1] == '\n'
 		if trimmed := bytes.TrimSpace(line); len(trimmed) > 0 {
 			var e Event
-			if jerr := json.Unmarshal(trimmed, &e); jerr != nil {
-				if !complete {
+			dec := json.NewDecoder(bytes.NewReader(trimmed))
+			dec.DisallowUnknownFields()
+			if jerr := dec.Decode(&e); jerr != nil || dec.More() {
+				if !complete && !json.Valid(trimmed) {
 					rep.TornTail, rep.TornBytes = true, len(line)
 					break
 				}
@@ -36,10 +39,14 @@ func referenceRead(r io.Reader) ([]Event, ReadReport, error) {
 				return events, rep, fmt.Errorf("%w: line %d: %v", ErrCorrupt, lineNo, verr)
 			}
 			events = append(events, e)
+			lines = append(lines, lineNo)
 		}
 		if errors.Is(err, io.EOF) {
 			break
 		}
+	}
+	if err := checkSequence(events, lines); err != nil {
+		return nil, rep, err
 	}
 	rep.Events = len(events)
 	return events, rep, nil

@@ -25,7 +25,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	corrupt := filepath.Join(dir, "corrupt.jsonl")
-	if err := os.WriteFile(corrupt, []byte("{\"t\":1,\"type\":\"invoke\",\"id\":1,\"f\":\"cs\"}\nnot json\n{}\n"), 0o644); err != nil {
+	if err := os.WriteFile(corrupt, []byte("{\"t\":1,\"type\":\"invoke\",\"id\":1,\"f\":\"cs\",\"key\":\"k0\"}\nnot json\n{}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	res := filepath.Join(dir, "results")
