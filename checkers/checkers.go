@@ -263,9 +263,9 @@ func Check(ctx context.Context, in Input, cs ...Checker) Report {
 	}
 	rep.Data, rep.Lock = And(data...), And(lock...)
 	rep.Valid = And(rep.Data, rep.Lock)
-	if why := NothingTested(in); why != "" && rep.Valid == Valid {
+	if why := NothingTested(in); why != "" && rep.Valid != Invalid {
 		rep.Valid, rep.Data = Unknown, Unknown
-		unknownWhy = append(unknownWhy, why)
+		unknownWhy = append([]string{why}, unknownWhy...)
 	}
 	if rep.Valid != Valid {
 		rep.Reasons = append(append(lockWhy, dataWhy...), unknownWhy...)
@@ -317,7 +317,7 @@ func Default(opts LinearizableOptions) []Checker { return ForRun(opts, 0) }
 // ForRun returns the checkers a run uses; ttl is its lease time to live
 // (zero when unknown).
 func ForRun(opts LinearizableOptions, ttl time.Duration) []Checker {
-	return []Checker{FenceOrder{}, NewLinearizable(opts), Summary{}, Mutex{TTL: ttl}, Fencing{}, Liveness{}}
+	return []Checker{FenceOrder{}, Summary{}, NewLinearizable(opts), Mutex{TTL: ttl}, Fencing{}, Liveness{}}
 }
 
 // compile-time assertions

@@ -169,7 +169,11 @@ func (Summary) Check(_ context.Context, in Input) Result {
 		var parts []string
 		for _, k := range sortedKeys(d.Keys) {
 			if ks := d.Keys[k]; ks.Lost > 0 {
-				parts = append(parts, fmt.Sprintf("%s: %d acknowledged increments lost (final value %d)", k, ks.Lost, *ks.Final))
+				noun := "increments"
+				if ks.Lost == 1 {
+					noun = "increment"
+				}
+				parts = append(parts, fmt.Sprintf("%s: %d acknowledged %s lost (final value %d)", k, ks.Lost, noun, *ks.Final))
 			}
 		}
 		r.Reason = strings.Join(parts, "; ")

@@ -16,12 +16,18 @@ import (
 // understand and reproduce the run.
 type Results struct {
 	// Valid is true, false or "unknown".
-	Valid    checkers.Verdict `json:"valid"`
-	RunID    string           `json:"run_id"`
-	Target   string           `json:"target"`
-	Workload string           `json:"workload"`
-	Nemesis  string           `json:"nemesis"`
-	Seed     uint64           `json:"seed"`
+	Valid checkers.Verdict `json:"valid"`
+	// Data and Lock are the verdicts on the data and on the lock service's
+	// promises (fence order); Valid composes both.
+	Data checkers.Verdict `json:"data"`
+	Lock checkers.Verdict `json:"lock"`
+	// Reasons say, one line each, why the run is not valid.
+	Reasons  []string `json:"reasons,omitempty"`
+	RunID    string   `json:"run_id"`
+	Target   string   `json:"target"`
+	Workload string   `json:"workload"`
+	Nemesis  string   `json:"nemesis"`
+	Seed     uint64   `json:"seed"`
 	// Config is every option of the run.
 	Config  Config    `json:"options"`
 	Started time.Time `json:"started"`
@@ -29,6 +35,10 @@ type Results struct {
 	Duration time.Duration `json:"duration_ns"`
 	// Phases times each phase (setup, test, final, check).
 	Phases map[string]time.Duration `json:"phases_ns"`
+	// TestStart is when the test phase began, on the history's time base
+	// (which starts with the harness, setup included): reports count time
+	// from it.
+	TestStart int64 `json:"test_start_ns"`
 	// Versions are the backend's software versions; Images the image tags.
 	Versions map[string]string `json:"versions,omitempty"`
 	Images   map[string]string `json:"images,omitempty"`
