@@ -309,7 +309,10 @@ func headline(run *Run, as []Anomaly, where string) string {
 	lost := lostUpdates(run)
 	switch run.Valid {
 	case checkers.Valid:
-		s := "No anomaly: the lock's tokens rose with grant order, every acknowledged increment is in the final values and the history is linearizable."
+		s := "No anomaly: every acknowledged increment is in the final values and the history is linearizable."
+		if d := run.Checkers.FenceOrder(); d != nil && d.Grants > 0 {
+			s = "No anomaly: the lock's tokens rose with grant order, every acknowledged increment is in the final values and the history is linearizable."
+		}
 		if m := run.Metrics; m.FencingRejections > 0 {
 			s += fmt.Sprintf(" The store refused %s: fencing stopped each one.", plural(m.FencingRejections, "late write"))
 		}
