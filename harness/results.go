@@ -110,9 +110,11 @@ type RunMetrics struct {
 	// FencingRejections counts writes the store refused as stale: each is
 	// a late write that fencing stopped.
 	FencingRejections int `json:"fencing_rejections"`
-	// Busy and Unavailable count failed acquisitions by cause.
-	Busy        int `json:"acquire_busy"`
-	Unavailable int `json:"acquire_unavailable"`
+	// Busy and Unavailable count failed acquisitions by cause;
+	// Unclassified those that failed before a grant with neither cause.
+	Busy         int `json:"acquire_busy"`
+	Unavailable  int `json:"acquire_unavailable"`
+	Unclassified int `json:"acquire_unclassified,omitempty"`
 	// OpsPerSecond is completed critical sections per second of test.
 	OpsPerSecond float64 `json:"ops_per_second"`
 }
@@ -149,6 +151,11 @@ func Metrics(in checkers.Input) RunMetrics {
 			m.Busy++
 		case history.ErrLockUnavailable:
 			m.Unavailable++
+		default:
+			// Failed before a grant (no token, no read) with another kind.
+			if c.Type == history.Fail && c.Token == 0 && c.Read == nil && c.Acquired == 0 && !op.Invoke.Bypass {
+				m.Unclassified++
+			}
 		}
 	}
 	m.LockWait, m.Hold = distribution(wait), distribution(hold)
