@@ -29,7 +29,8 @@ import (
 // and an unknown-outcome operation without a token may or may not have
 // been granted. A grant with the same token as an earlier grant to the
 // same client is that client's own lock again (etcd hands a session's key
-// back while it still exists), not a new grant.
+// back while it still exists), not a new grant; two grants to different
+// clients with the same token break the promise whatever their order.
 type FenceOrder struct{}
 
 // Name implements [Checker].
@@ -115,6 +116,7 @@ func Grants(in Input) map[string][]Grant {
 // of a grant known to precede it (see [FenceOrder]), in time order.
 func TokenViolations(in Input) []TokenViolation {
 	var out []TokenViolation
+	flagged := map[int64]bool{}
 	for key, gs := range Grants(in) {
 		byKnown := slices.Clone(gs)
 		slices.SortStableFunc(byKnown, func(a, b Grant) int { return cmp.Compare(a.Known, b.Known) })
@@ -134,6 +136,21 @@ func TokenViolations(in Input) []TokenViolation {
 			}
 			if g.Token < best.Token || (g.Token == best.Token && g.Client != best.Client) {
 				out = append(out, TokenViolation{Key: key, Grant: g, Earlier: *best})
+				flagged[g.ID] = true
+			}
+		}
+		// Two grants to different clients never share a token, whatever
+		// their order: whichever came first, the other's must be greater.
+		first := map[uint64]*Grant{}
+		for i := range byKnown {
+			g := &byKnown[i]
+			f, ok := first[g.Token]
+			switch {
+			case !ok:
+				first[g.Token] = g
+			case f.Client != g.Client && !flagged[g.ID]:
+				out = append(out, TokenViolation{Key: key, Grant: *g, Earlier: *f})
+				flagged[g.ID] = true
 			}
 		}
 	}

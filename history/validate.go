@@ -72,12 +72,13 @@ func jsonNames(t reflect.Type) []string {
 }
 
 // unknownField names the first field of line (a JSON object) that an event
-// does not have, also inside "read" and "write"; "" when there is none or
-// line is not an object.
-func unknownField(line []byte) string {
+// does not have, also inside "read" and "write" (names match exactly: JSON
+// is case-sensitive, whatever encoding/json forgives); false when there is
+// none or line is not an object.
+func unknownField(line []byte) (string, bool) {
 	var obj map[string]json.RawMessage
 	if json.Unmarshal(line, &obj) != nil {
-		return ""
+		return "", false
 	}
 	names := make([]string, 0, len(obj))
 	for k := range obj {
@@ -86,7 +87,7 @@ func unknownField(line []byte) string {
 	slices.Sort(names)
 	for _, k := range names {
 		if !slices.Contains(eventFields, k) {
-			return k
+			return k, true
 		}
 		if k != "read" && k != "write" {
 			continue
@@ -97,11 +98,11 @@ func unknownField(line []byte) string {
 		}
 		for vk := range v {
 			if !slices.Contains(valueFields, vk) {
-				return k + "." + vk
+				return k + "." + vk, true
 			}
 		}
 	}
-	return ""
+	return "", false
 }
 
 // decodeStrict decodes one line with encoding/json, refusing fields an
@@ -112,7 +113,7 @@ func decodeStrict(line []byte, e *Event) (err error, syntax bool) {
 	if !json.Valid(line) {
 		return fmt.Errorf("not a JSON object"), true
 	}
-	if f := unknownField(line); f != "" {
+	if f, ok := unknownField(line); ok {
 		return bad(f, "unknown field (known: %s)", strings.Join(eventFields, ", ")), false
 	}
 	*e = Event{}
