@@ -56,7 +56,8 @@ func verdictLines(run *Run, tf timeFmt) []VerdictLine {
 		}
 		out = append(out, l)
 	}
-	data := VerdictLine{Aspect: "data", Verdict: run.Data.String()}
+	dataVerdict := aspectVerdict(run, checkers.AspectData)
+	data := VerdictLine{Aspect: "data", Verdict: dataVerdict.String()}
 	lockWhy := run.Checkers["fence_order"].Reason
 	var why []string
 	for _, r := range run.Reasons {
@@ -65,7 +66,7 @@ func verdictLines(run *Run, tf timeFmt) []VerdictLine {
 		}
 	}
 	switch {
-	case run.Data == checkers.Valid:
+	case dataVerdict == checkers.Valid:
 		data.Text = "every acknowledged increment is in the final values, no value read is impossible, and the history is linearizable"
 	case len(why) > 0:
 		data.Text = strings.Join(why, "; ")
@@ -73,6 +74,29 @@ func verdictLines(run *Run, tf timeFmt) []VerdictLine {
 		data.Text = "the checkers could not decide"
 	}
 	return append(out, data)
+}
+
+// aspectVerdict composes the verdicts of the judging checkers that speak for
+// aspect, as results.json has them; a results.json written before checkers
+// named their aspect counts every judging checker as the data's.
+func aspectVerdict(run *Run, aspect string) checkers.Verdict {
+	var vs []checkers.Verdict
+	for _, r := range run.Checkers {
+		a := r.Aspect
+		if a == "" {
+			a = checkers.AspectData
+		}
+		if r.Judges && a == aspect {
+			vs = append(vs, r.Verdict)
+		}
+	}
+	v := checkers.And(vs...)
+	if aspect == checkers.AspectData && run.Data != v && len(run.Reasons) > 0 {
+		// "Nothing tested" makes the data unknown whatever the checkers
+		// said; results.json has the composed verdict.
+		return run.Data
+	}
+	return v
 }
 
 // WriteVerdict prints run's verdict in plain words, as report.html heads

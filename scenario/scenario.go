@@ -185,8 +185,9 @@ func Catalogue() []Scenario {
 					c.RecipeOptions = map[string]string{"persistence": "aof-always"}
 				}
 			},
-			Expect: Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid), NoEarlyOverlaps: true,
-				Recovers: true, MaxStall: 15 * time.Second},
+			// Safe, and never stuck: a key may wait out a fault (at most
+			// 2×TTL+1 s) and a lease, not much more.
+			Expect: Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid), NoEarlyOverlaps: true, MaxStall: 15 * time.Second},
 		},
 		{
 			Name: "holder-lost-recovery", AntiPattern: 0, Targets: allTargets,
@@ -195,7 +196,7 @@ func Catalogue() []Scenario {
 				c.Workload, c.Nemesis, c.KillTargets, c.Keys, c.Concurrency = "fenced-counter", "kill", "holder=1", 1, 3
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
 			},
-			Expect: Expect{Valid: verdict(checkers.Valid), Recovers: true, MaxStall: 8 * time.Second, NoEarlyOverlaps: true, MaxUnavailable: count(0)},
+			Expect: Expect{Valid: verdict(checkers.Valid), Recovers: true, MaxStall: 8 * time.Second, NoEarlyOverlaps: true},
 		},
 		{
 			Name: "no-expiry-deadlock", AntiPattern: 1, Targets: []string{"redis"},
@@ -261,7 +262,7 @@ func Catalogue() []Scenario {
 				c.Workload, c.Nemesis, c.Partitions, c.Keys = "fenced-counter", "partition", "locks-away", 2
 				c.AcquireTimeout = time.Second
 			},
-			Expect: Expect{Valid: verdict(checkers.Valid), MinUnavailable: 3, MinStall: 2 * time.Second, Recovers: true, Classified: true},
+			Expect: Expect{Valid: verdict(checkers.Valid), MinUnavailable: 3, MinStall: 2 * time.Second, MaxStall: 15 * time.Second, Classified: true},
 		},
 		{
 			Name: "single-node-restart", AntiPattern: 7, Targets: []string{"redis"},
@@ -285,7 +286,7 @@ func Catalogue() []Scenario {
 				c.Workload, c.Nemesis, c.Partitions, c.Keys, c.Concurrency = "fenced-counter", "partition", "clients-from-locks", 1, 8
 				c.AcquireTimeout, c.Work = time.Second, 300*time.Millisecond
 			},
-			Expect: Expect{Valid: verdict(checkers.Valid), MinBusy: 1, MinUnavailable: 1, Classified: true, Recovers: true},
+			Expect: Expect{Valid: verdict(checkers.Valid), MinBusy: 1, MinUnavailable: 1, Classified: true, MaxStall: 15 * time.Second},
 		},
 		{
 			Name: "late-writer-drill", AntiPattern: 0, Targets: allTargets,
