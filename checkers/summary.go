@@ -78,9 +78,14 @@ func (Summary) Check(_ context.Context, in Input) Result {
 		}
 		return ks
 	}
+	// observed holds the tags a read of the same key saw.
+	keyOf := make(map[int64]string, len(in.Ops))
+	for _, op := range in.Ops {
+		keyOf[op.Invoke.ID] = op.Invoke.Key
+	}
 	observed := make(map[int64]bool)
 	for _, op := range in.Ops {
-		if c := op.Complete; c != nil && c.Read != nil {
+		if c := op.Complete; c != nil && c.Read != nil && keyOf[c.Read.Tag] == op.Invoke.Key {
 			observed[c.Read.Tag] = true
 		}
 	}
