@@ -242,7 +242,16 @@ func explainInput(ctx context.Context, in checkers.Input, opts ExplainOptions) [
 		out = append(out, as...)
 	}
 	out = append(out, e.fenceOrder(in)...)
-	out = append(out, e.impossible(in)...)
+	for _, a := range e.impossible(in) {
+		explained[a.Key] = true
+		out = append(out, a)
+	}
+	for _, a := range e.blindJumps(in, opts.IllegalKeys) {
+		if !explained[a.Key] {
+			explained[a.Key] = true
+			out = append(out, a)
+		}
+	}
 	for _, k := range opts.IllegalKeys {
 		if !explained[k] {
 			out = append(out, Anomaly{
@@ -301,6 +310,87 @@ func (e *explainer) fenceOrder(in checkers.Input) []Anomaly {
 		if fw, _ := e.faultWords("", a.Faults, g.Known); fw != "" {
 			a.Text += " It happened " + fw + "."
 		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// blindJumps explains, on illegal keys, an unknown-outcome write whose read
+// was not recorded and that a read saw holding v, when no write of the key
+// can have left v-1 for it to read (a write of unknown read could have, so
+// such keys are left to the generic explanation).
+func (e *explainer) blindJumps(in checkers.Input, illegal []string) []Anomaly {
+	bad := map[string]bool{}
+	for _, k := range illegal {
+		bad[k] = true
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	seen := map[int64]history.Value{}
+	seenBy := map[int64]*history.Op{}
+	for i := range in.Ops {
+		op := &in.Ops[i]
+		if c := op.Complete; c != nil && c.Read != nil {
+			if _, ok := seen[c.Read.Tag]; !ok {
+				seen[c.Read.Tag], seenBy[c.Read.Tag] = *c.Read, op
+			}
+		}
+	}
+	// Per key: the values writes left (known, or seen), and how many
+	// writes of unknown value may have applied (each could add one).
+	type keyInfo struct {
+		values    map[int64]bool
+		wildcards int64
+	}
+	keys := map[string]*keyInfo{}
+	var blind []*history.Op
+	for i := range in.Ops {
+		op := &in.Ops[i]
+		k := op.Invoke.Key
+		if op.Invoke.F != history.FCriticalSection || !bad[k] || op.Outcome() == history.Fail {
+			continue
+		}
+		ki := keys[k]
+		if ki == nil {
+			ki = &keyInfo{values: map[int64]bool{0: true}}
+			keys[k] = ki
+		}
+		switch v, ok := seen[op.Invoke.ID]; {
+		case op.Complete != nil && op.Complete.Read != nil:
+			ki.values[op.Complete.Read.Value+1] = true
+		case ok:
+			ki.values[v.Value] = true
+			blind = append(blind, op)
+		default:
+			ki.wildcards++
+		}
+	}
+	var out []Anomaly
+	for _, op := range blind {
+		ki := keys[op.Invoke.Key]
+		v := seen[op.Invoke.ID]
+		reachable := false
+		for u := range ki.values {
+			if u <= v.Value-1 && v.Value-1 <= u+ki.wildcards {
+				reachable = true
+				break
+			}
+		}
+		if reachable {
+			continue
+		}
+		by := seenBy[op.Invoke.ID]
+		who := "Client " + op.Invoke.Client
+		if op.Invoke.Client == "" {
+			who = fmt.Sprintf("Operation %d", op.Invoke.ID)
+		}
+		a := Anomaly{Kind: ImpossibleValue, Key: op.Invoke.Key, At: max(by.Complete.Time, 1),
+			Title: fmt.Sprintf("Impossible value on %s: %d written by a critical section that can only have written one more than it read", op.Invoke.Key, v.Value)}
+		a.Text = fmt.Sprintf("%s's critical section (operation %d), invoked at %s, has an unknown outcome and its read was not recorded; a read at %s saw its write holding %d. "+
+			"It writes what it read plus one, so it must have read %d on %s — but no write on %s left %d. The value was not produced by increments: "+
+			"something else wrote the key, or an increment in between was lost.",
+			who, op.Invoke.ID, e.tf.at(op.Invoke.Time), e.tf.at(by.Complete.Time), v.Value, v.Value-1, op.Invoke.Key, op.Invoke.Key, v.Value-1)
 		out = append(out, a)
 	}
 	return out
