@@ -206,11 +206,32 @@ func modelOps(in Input, keepUnobserved bool) (ops []porcupine.Operation, dropped
 			}
 		}
 	}
-	blindKeys := map[string]bool{}
+	// seenBy is when a read of the same key that saw the tag completed (the
+	// earliest such read): the write happened before it.
+	seenBy := make(map[int64]int64)
+	for _, op := range in.Ops {
+		if c := op.Complete; c != nil && c.Read != nil && c.Type != history.Info {
+			if _, ok := observed[c.Read.Tag]; ok && keyOf[c.Read.Tag] == op.Invoke.Key {
+				if t, seen := seenBy[c.Read.Tag]; !seen || c.Time < t {
+					seenBy[c.Read.Tag] = c.Time
+				}
+			}
+		}
+	}
+	// blindUntil is, per key with blind writes, the last moment a blind
+	// write can have happened (its earliest observer's completion, or the
+	// end). An unobserved write can only matter by preceding a blind one
+	// (nothing else reads its tag), so one invoked after that moment is
+	// dropped like any other.
+	blindUntil := map[string]int64{}
 	for _, op := range in.Ops {
 		if op.Invoke.F == history.FCriticalSection && isUnknown(op) && (op.Complete == nil || op.Complete.Read == nil) {
 			if _, ok := observed[op.Invoke.ID]; ok {
-				blindKeys[op.Invoke.Key] = true
+				until, seen := seenBy[op.Invoke.ID]
+				if !seen {
+					until = in.End + 1 // seen only by unknown outcomes
+				}
+				blindUntil[op.Invoke.Key] = max(blindUntil[op.Invoke.Key], until)
 			}
 		}
 	}
@@ -248,7 +269,7 @@ func modelOps(in Input, keepUnobserved bool) (ops []porcupine.Operation, dropped
 				mi.read, mi.write = *read, history.Value{Value: read.Value + 1, Tag: inv.ID}
 			}
 			if _, ok := observed[inv.ID]; !ok {
-				if !keepUnobserved && !blindKeys[inv.Key] {
+				if until, blind := blindUntil[inv.Key]; !keepUnobserved && (!blind || inv.Time >= until) {
 					dropped++
 					continue
 				}
