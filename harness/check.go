@@ -15,7 +15,8 @@ import (
 
 // Judge checks a run's events as the end of every run does and fills res's
 // verdict, reasons, checker sections, fault windows and lock metrics (the
-// options in res.Config give the lease TTL). It returns the checkers'
+// options in res.Config give the lease TTL; a run that did not complete,
+// res.Incomplete, is at best unknown). It returns the checkers'
 // input, for the visualization. A run and `splitbrain check` both judge
 // through it, so a stored history re-checks to the same verdict.
 func Judge(ctx context.Context, res *Results, events []history.Event, timeout time.Duration) checkers.Input {
@@ -23,6 +24,10 @@ func Judge(ctx context.Context, res *Results, events []history.Event, timeout ti
 	report := checkers.Check(ctx, in, checkers.ForRun(checkers.LinearizableOptions{Timeout: timeout}, res.Config.LeaseTTL)...)
 	res.Checkers = report.Checkers
 	res.Valid, res.Data, res.Lock, res.Reasons = report.Valid, report.Data, report.Lock, report.Reasons
+	if res.Incomplete != "" && res.Valid == checkers.Valid {
+		res.Valid = checkers.Unknown // an aborted run proves nothing
+		res.Reasons = append(res.Reasons, "the run did not complete: "+res.Incomplete)
+	}
 	res.Faults = checkers.Windows(in.Faults)
 	res.Metrics = Metrics(in)
 	return in
@@ -67,7 +72,6 @@ func Recheck(ctx context.Context, path string, timeout time.Duration) (*Results,
 		if err := json.Unmarshal(b, res); err != nil {
 			return nil, nil, BadInput("%s: %v (remove it to check the history alone)", resultsPath, err)
 		}
-		res.Errors = nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, nil, fmt.Errorf("read %s: %w", resultsPath, err)
 	}

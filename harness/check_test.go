@@ -53,6 +53,22 @@ func TestRecheck(t *testing.T) {
 	if d := again.Checkers.Mutex(); d == nil || d.EarlyOverlaps < 0 {
 		t.Fatalf("with the run's TTL early overlaps are counted: %+v", d)
 	}
+	// A run that did not complete stays at best unknown when re-checked.
+	valid, err := os.ReadFile(filepath.Join("..", "checkers", "testdata", "sequential-valid", "history.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	aborted := t.TempDir()
+	if err := os.WriteFile(filepath.Join(aborted, "history.jsonl"), valid, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := (&Results{Incomplete: "aborted: interrupted"}).write(filepath.Join(aborted, "results.json")); err != nil {
+		t.Fatal(err)
+	}
+	if r, _, err := Recheck(context.Background(), aborted, time.Second); err != nil || r.Valid != checkers.Unknown ||
+		!strings.Contains(strings.Join(r.Reasons, ";"), "did not complete") {
+		t.Fatalf("aborted run re-checked: %+v %v", r, err)
+	}
 	for name, body := range map[string]string{"empty": "", "blank": "\n\n", "torn": `{"t":1,"ty`, "malformed": `{"t":1,"type":"invoke","id":1,"f":"cs","key":"k","kye":1}` + "\n"} {
 		p := filepath.Join(t.TempDir(), "h.jsonl")
 		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {

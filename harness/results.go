@@ -53,6 +53,9 @@ type Results struct {
 	History history.ReadReport `json:"history"`
 	// Errors lists what went wrong in the harness (not in the target).
 	Errors []string `json:"errors,omitempty"`
+	// Incomplete is why the run did not complete (empty when it did): its
+	// verdict is then at best unknown, on a re-check too.
+	Incomplete string `json:"incomplete,omitempty"`
 }
 
 func (r *Results) write(path string) error {

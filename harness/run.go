@@ -509,12 +509,11 @@ func (r *run) finish(runErr error) {
 		r.errs = append(r.errs, "read history: "+err.Error())
 	}
 	r.res.History = rep
+	if runErr != nil {
+		r.res.Incomplete = runErr.Error()
+	}
 	in := Judge(context.WithoutCancel(r.deps.Hard), r.res, ev, r.cfg.CheckTimeout)
 	r.phases["check"] = time.Since(start)
-	if runErr != nil && r.res.Valid == checkers.Valid {
-		r.res.Valid = checkers.Unknown // an aborted run proves nothing
-		r.res.Reasons = append(r.res.Reasons, "the run did not complete: "+runErr.Error())
-	}
 	r.res.Errors = r.errs
 	r.res.Phases = r.phases
 	r.res.Duration = time.Since(r.started)
