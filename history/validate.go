@@ -296,10 +296,11 @@ func completionOnly(e Event) string {
 // event i's line.
 func checkSequence(events []Event, lineNo []int) error {
 	type opState struct {
-		invoke, complete int // event indexes; complete -1 while in flight
+		invoke, complete int32 // event indexes; complete -1 while in flight
 	}
-	ops := make(map[int64]*opState, len(events)/2+1)
-	inFlight := map[int]int64{} // process → id
+	states := make([]opState, 0, len(events)/2+1)
+	ops := make(map[int64]int32, len(events)/2+1) // id → index in states
+	inFlight := map[int]int64{}                   // process → id
 	// Ids invoked later, for "completion before its invocation".
 	invokedAt := func(id int64, from int) int {
 		for j := from; j < len(events); j++ {
@@ -314,7 +315,11 @@ func checkSequence(events []Event, lineNo []int) error {
 		e := &events[i]
 		line := lineNo[i]
 		if e.Type != Invoke && e.IsCompletion() {
-			st := ops[e.ID]
+			si, known := ops[e.ID]
+			var st *opState
+			if known {
+				st = &states[si]
+			}
 			switch {
 			case st == nil:
 				if j := invokedAt(e.ID, i+1); j >= 0 {
@@ -339,7 +344,7 @@ func checkSequence(events []Event, lineNo []int) error {
 			if e.Time < inv.Time {
 				return bad("t", "the completion of id %d at %d is before its invocation at %d (line %d)", e.ID, e.Time, inv.Time, lineNo[st.invoke]).at(line)
 			}
-			st.complete = i
+			st.complete = int32(i)
 			delete(inFlight, e.Process)
 		}
 		if e.Time < last {
@@ -349,14 +354,15 @@ func checkSequence(events []Event, lineNo []int) error {
 		if e.Type != Invoke {
 			continue
 		}
-		if st := ops[e.ID]; st != nil {
-			return bad("id", "id %d was invoked already on line %d (ids are unique)", e.ID, lineNo[st.invoke]).at(line)
+		if si, known := ops[e.ID]; known {
+			return bad("id", "id %d was invoked already on line %d (ids are unique)", e.ID, lineNo[states[si].invoke]).at(line)
 		}
 		if id, busy := inFlight[e.Process]; busy {
 			return bad("process", "process %d invokes id %d while its id %d (line %d) has not completed; a process runs one operation at a time",
-				e.Process, e.ID, id, lineNo[ops[id].invoke]).at(line)
+				e.Process, e.ID, id, lineNo[states[ops[id]].invoke]).at(line)
 		}
-		ops[e.ID] = &opState{invoke: i, complete: -1}
+		ops[e.ID] = int32(len(states))
+		states = append(states, opState{invoke: int32(i), complete: -1})
 		inFlight[e.Process] = e.ID
 	}
 	return nil
