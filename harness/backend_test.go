@@ -318,7 +318,7 @@ func TestBackendScenarios(t *testing.T) {
 		}
 	}
 	want := []string{"correct-pattern", "holder-lost-recovery", "no-expiry-deadlock", "long-ttl-unavailable",
-		"unfenced-late-write", "bypass-writer", "single-node-away", "late-writer-drill"}
+		"unfenced-late-write", "bypass-writer", "single-node-away", "single-node-restart", "late-writer-drill"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("scenarios for %s: %v, want %v", inmemName, got, want)
 	}

@@ -278,6 +278,7 @@ func (r *run) execute(ctx context.Context) error {
 	}
 
 	r.log.Info("test phase", "time_limit", r.cfg.TimeLimit, "clients", len(r.clients), "nemesis", r.cfg.Nemesis, "seed", r.cfg.Seed)
+	r.res.TestStart = r.rec.Clock().Now()
 	err = r.phase("test", func() error {
 		tctx, cancel := context.WithTimeout(ctx, r.cfg.TimeLimit)
 		defer cancel()
@@ -512,20 +513,15 @@ func (r *run) finish(runErr error) {
 		r.errs = append(r.errs, "read history: "+err.Error())
 	}
 	r.res.History = rep
-	in := checkers.NewInput(ev)
-	report := checkers.Check(context.WithoutCancel(r.deps.Hard), in, checkers.ForRun(checkers.LinearizableOptions{Timeout: r.cfg.CheckTimeout}, r.cfg.LeaseTTL)...)
-	r.phases["check"] = time.Since(start)
-	r.res.Checkers = report.Checkers
-	r.res.Valid = report.Valid
-	if runErr != nil && r.res.Valid == checkers.Valid {
-		r.res.Valid = checkers.Unknown // an aborted run proves nothing
+	if runErr != nil {
+		r.res.Incomplete = runErr.Error()
 	}
-	r.res.Faults = checkers.Windows(in.Faults)
-	r.res.Metrics = Metrics(in)
+	in := Judge(context.WithoutCancel(r.deps.Hard), r.res, ev, r.cfg.CheckTimeout)
+	r.phases["check"] = time.Since(start)
 	r.res.Errors = r.errs
 	r.res.Phases = r.phases
 	r.res.Duration = time.Since(r.started)
-	if d := report.Checkers.Linearizable(); d != nil && len(ev) > 0 {
+	if d := r.res.Checkers.Linearizable(); d != nil && len(ev) > 0 {
 		if f, err := os.Create(filepath.Join(r.dir, "linearizability.html")); err == nil {
 			if err := d.WriteVisualization(f, in.Faults, 0); err != nil {
 				r.log.Warn("visualization", "err", err)

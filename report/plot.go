@@ -124,15 +124,18 @@ func (a xAxis) x(t int64) float64 {
 func (a xAxis) ticks() []int64 {
 	span := float64(a.t1 - a.t0)
 	step := niceStep(span / 10)
-	first := math.Ceil(float64(a.t0)/step) * step
+	// Round times counted from the origin (the test's start).
+	o := float64(a.tf.origin)
+	first := math.Ceil((float64(a.t0)-o)/step) * step
 	var out []int64
-	for t := first; t <= float64(a.t1); t += step {
-		out = append(out, int64(t))
+	for t := first; t <= float64(a.t1)-o; t += step {
+		out = append(out, int64(t+o))
 	}
 	return out
 }
 
 func (a xAxis) label(t int64) string {
+	t -= a.tf.origin
 	if a.tf.div == 1 {
 		return strconv.FormatInt(t, 10) + " ns"
 	}

@@ -206,6 +206,9 @@ func withReports(deps *harness.Deps, stderr io.Writer) {
 func printOutcome(w io.Writer, out *harness.Outcome) {
 	r := out.Results
 	fmt.Fprintf(w, "valid: %s\n", r.Valid)
+	for _, why := range r.Reasons {
+		fmt.Fprintf(w, "  because %s\n", why)
+	}
 	if s := r.Checkers.Summary(); s != nil {
 		fmt.Fprintf(w, "ops: %d critical sections (%d ok, %d fail, %d unknown); lost updates: %d; fencing rejections: %d\n",
 			s.Ops, s.OK, s.Fail, s.Info, s.LostUpdates, s.Rejections)

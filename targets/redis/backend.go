@@ -41,6 +41,13 @@ func init() {
 		Roles:  []targets.Role{NodeRole},
 		Size:   1,
 		Recipe: Name,
+		// A killed Redis without persistence forgets its locks and its
+		// token counters (docs/redis-persistence.md).
+		DurableWith: map[string]string{"persistence": "aof-always"},
+		Options: []targets.Option{
+			{Name: "persistence", Values: []string{"none", "aof-always", "aof-everysec"},
+				Doc: "none: a killed Redis forgets locks and token counters; aof-always: append-only file fsynced before every reply; aof-everysec: fsynced once a second"},
+		},
 	})
 	targets.RegisterRecipe(targets.Recipe{
 		Kind:     Name,
