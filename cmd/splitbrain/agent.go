@@ -8,7 +8,6 @@ import (
 
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
-	"github.com/splitbrain/splitbrain/targets/external"
 	"github.com/splitbrain/splitbrain/workloads/agent"
 )
 
@@ -23,11 +22,7 @@ func newAgentCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			lockers := targets.Lockers()
-			// A client the user brings: its adapter's command comes in the
-			// recipe's configuration.
-			lockers[external.Kind] = external.Factory(external.Kind, "", external.ClientDir)
-			deps := agent.Deps{Lockers: lockers, Log: log.With("component", "agent")}
+			deps := agent.Deps{Lockers: targets.Lockers(), Log: log.With("component", "agent")}
 			return runtime.ServeConsole(cmd.Context(), func(in io.Reader, out io.Writer) error {
 				return agent.Serve(cmd.Context(), in, out, deps)
 			})

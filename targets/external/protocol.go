@@ -26,7 +26,17 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/splitbrain/splitbrain/targets"
 )
+
+// Adapter processes of recipes (targets.Recipe.Adapter) and of clients the
+// user brings run here.
+func init() {
+	targets.RegisterAdapterRunner(func(kind, command string) targets.LockerFactory {
+		return Factory(kind, command, ClientDir)
+	})
+}
 
 // Version is the protocol version this package speaks.
 const Version = 1
@@ -255,7 +265,7 @@ func quoteAll(ss []string) []string {
 
 // Kind is the recipe kind of a client the user brings: its adapter's
 // command line travels in targets.RecipeConfig.Command.
-const Kind = "external"
+const Kind = targets.ExternalKind
 
 // ClientDir is where a client's files are in a client image (the files
 // of --client-files, an adapter shipped with a library's recipe): adapters
