@@ -83,6 +83,11 @@ type Config struct {
 	// Log receives the adapter's stderr, a record per line, and the
 	// runner's warnings (late replies, restarts).
 	Log *slog.Logger
+
+	// onLine, when set, sees every line of the adapter's stdout: the
+	// reply read from it and its unknown fields, or why it is not one
+	// (the conformance check listens).
+	onLine func(rep Reply, unknown []string, err error)
 }
 
 // Locker drives one adapter process as a [targets.Locker]. It starts the
@@ -494,7 +499,10 @@ func (p *proc) readStdout(r io.Reader) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
-		rep, _, err := ParseReply(sc.Bytes())
+		rep, unknown, err := ParseReply(sc.Bytes())
+		if p.cfg.onLine != nil {
+			p.cfg.onLine(rep, unknown, err)
+		}
 		if err != nil {
 			p.garbage(fmt.Sprintf("it wrote %v", err))
 			continue
