@@ -93,7 +93,7 @@ func TestCheckNamesMistakes(t *testing.T) {
 	src := adapterSource(t)
 	for _, tc := range []struct {
 		name, step, says string
-		edits          []string
+		edits            []string
 	}{
 		{"a debug print on stdout", "stdout", "not a JSON object",
 			[]string{"    def acquire(self, req):\n", "    def acquire(self, req):\n        print('acquiring', req['key'])\n"}},
