@@ -12,8 +12,12 @@ import (
 	"github.com/splitbrain/splitbrain/targets"
 
 	_ "github.com/splitbrain/splitbrain/targets/etcd"
+	_ "github.com/splitbrain/splitbrain/targets/external"
 	_ "github.com/splitbrain/splitbrain/targets/lockd"
 	_ "github.com/splitbrain/splitbrain/targets/redis"
+	_ "github.com/splitbrain/splitbrain/targets/redis/redislock"
+	_ "github.com/splitbrain/splitbrain/targets/redis/redispy"
+	_ "github.com/splitbrain/splitbrain/targets/redis/redsync"
 	_ "github.com/splitbrain/splitbrain/targets/zookeeper"
 )
 

@@ -100,6 +100,16 @@ type Config struct {
 	// Bypass lists clients ("c1,c2") that write without lock or token, a
 	// bypass writer beside the others (anti-pattern 6).
 	Bypass string `json:"bypass,omitempty"`
+	// Client is the lock client the agents use: a registered client of
+	// the target (a library: "redsync", "redis-py"), or the command line
+	// of an adapter the user brings ("python3 my_lock.py"), driven through
+	// the client protocol; empty means the target's own recipe.
+	Client string `json:"client,omitempty"`
+	// ClientFiles is a directory whose files go into the client image, in
+	// the adapter's working directory (/opt/splitbrain/client).
+	ClientFiles string `json:"client_files,omitempty"`
+	// ClientPackages are Debian packages the client image gets for it.
+	ClientPackages []string `json:"client_packages,omitempty"`
 }
 
 // DefaultConfig is a 30 s unfenced-counter run under pauses, of the
@@ -149,8 +159,12 @@ func (c Config) Validate(backends Backends) error {
 	if err != nil {
 		return err
 	}
-	if err := b.CheckOptions(c.RecipeOptions); err != nil {
-		return BadInput("--recipe-opt: %v", err)
+	cl, err := c.ResolveClient(b)
+	if err != nil {
+		return err
+	}
+	if err := c.checkClient(b, cl); err != nil {
+		return err
 	}
 	switch {
 	case !slices.Contains(workloads.Names(), c.Workload):
@@ -292,5 +306,13 @@ func (c Config) runDirName() string {
 	if nem == "" {
 		nem = "none"
 	}
-	return filepath.Join(c.ResultsDir, fmt.Sprintf("%s-%s-%s", c.Target, c.Workload, nem))
+	target := c.Target
+	if c.Client != "" {
+		name := c.Client
+		if looksLikeCommand(name) {
+			name = "external"
+		}
+		target += "+" + name
+	}
+	return filepath.Join(c.ResultsDir, fmt.Sprintf("%s-%s-%s", target, c.Workload, nem))
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/targets"
 )
 
 // Results is results.json: the verdict first, then everything needed to
@@ -39,6 +40,9 @@ type Results struct {
 	// (which starts with the harness, setup included): reports count time
 	// from it.
 	TestStart int64 `json:"test_start_ns"`
+	// Client is the lock client the agents used: its recipe, library and
+	// version, and what it offers.
+	Client *targets.ClientInfo `json:"client,omitempty"`
 	// Versions are the backend's software versions; Images the image tags.
 	Versions map[string]string `json:"versions,omitempty"`
 	Images   map[string]string `json:"images,omitempty"`

@@ -236,8 +236,15 @@ func (r *run) execute(ctx context.Context) error {
 		imgs    map[string]string
 		cluster targets.Cluster
 	)
+	client, err := r.cfg.ResolveClient(backend)
+	if err != nil {
+		return err
+	}
+	client.registerImage()
+	info := client.Info()
+	r.res.Client = &info
 	err = r.phase("setup", func() error {
-		roles := append([]string{roleStore, roleClient}, backend.RoleNames()...)
+		roles := append([]string{roleStore, client.Role}, backend.RoleNames()...)
 		if r.deps.Images != nil {
 			if imgs, err = r.deps.Images(hard, roles); err != nil {
 				return fmt.Errorf("images: %w", err)
@@ -260,8 +267,11 @@ func (r *run) execute(ctx context.Context) error {
 			return fmt.Errorf("start %s: %w", r.cfg.Target, err)
 		}
 		r.res.Versions = cluster.Versions(hard)
-		clientNodes, err := r.startClients(hard, imgs[roleClient], cluster.Recipe(), storeAddr)
+		clientNodes, err := r.startClients(hard, imgs[client.Role], client.recipeConfig(cluster.Recipe(), backend), storeAddr)
 		if err != nil {
+			return err
+		}
+		if err := r.learnClient(client); err != nil {
 			return err
 		}
 		r.env = &nemesis.Env{Nodes: cluster.Nodes(), Store: storeNode, Clients: clientNodes, InCriticalSection: wl.InCriticalSection, Revive: r.revive}
@@ -388,7 +398,9 @@ func (r *run) startClients(ctx context.Context, image string, recipe targets.Rec
 		name := "c" + strconv.Itoa(i+1)
 		g.Go(protect(func() error {
 			n, err := r.rt.Start(ctx, runtime.NodeSpec{
-				Name: name, Role: roleClient, Image: image, Interactive: true,
+				// Group: a pause freezes the agent and its lock client's
+				// adapter together.
+				Name: name, Role: roleClient, Image: image, Interactive: true, Group: true,
 				Cmd:  []string{"/usr/local/bin/splitbrain", "agent"},
 				Caps: append([]string{runtime.CapNetAdmin}, r.clientCaps...),
 			})

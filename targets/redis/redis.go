@@ -331,3 +331,10 @@ func (s *lease) Release(ctx context.Context) error {
 	}
 	return nil
 }
+
+// WaitReady waits until the Redis server in n answers PING (backends that
+// run several Redis nodes use it).
+func WaitReady(ctx context.Context, n runtime.Node) error { return waitReady(ctx, n) }
+
+// NodeCommand is a Redis node's main process: Command under the clock shim.
+func NodeCommand() []string { return clock.PreloadCommand(Command()...) }
