@@ -57,9 +57,11 @@ func init() {
 		Library:  ClientLibrary,
 		Version:  targets.ModuleVersion(ClientLibrary),
 		Fencing:  true, CheckedRelease: true, Renews: true,
-		Options: []targets.Option{
-			{Name: "endpoints", Values: []string{"all", "pinned"}, Doc: "all: the whole ensemble (as ZooKeeper clients are configured); pinned: client cN talks to member N only"},
-		},
-		New: NewLocker,
+		Title:   "go-zookeeper/zk's Lock (Go, in process)",
+		Options: []targets.Option{endpointsOption},
+		New:     NewLocker,
 	})
+	for _, r := range adapterRecipes() {
+		targets.RegisterRecipe(r)
+	}
 }
