@@ -52,7 +52,7 @@ func TestCatalogueCoversEveryAntiPattern(t *testing.T) {
 // computed from what the shipped backends declare, are the ones the
 // catalogue named before it chose by declaration.
 func TestTargetsFromDeclarations(t *testing.T) {
-	all := "etcd,lockd,redis"
+	all := "etcd,lockd,redis,zookeeper"
 	want := map[string]string{
 		"correct-pattern":      all,
 		"holder-lost-recovery": all,
@@ -64,7 +64,7 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		"bypass-writer":        "redis",
 		"single-node-away":     "redis",
 		"single-node-restart":  "redis",
-		"busy-vs-unavailable":  "etcd,lockd",
+		"busy-vs-unavailable":  "etcd,lockd,zookeeper",
 		"late-writer-drill":    all,
 	}
 	for _, s := range Catalogue() {

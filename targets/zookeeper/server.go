@@ -72,12 +72,13 @@ type ServerConfig struct {
 }
 
 // DefaultServerConfig is the timing used for fault tests: a tick of
-// 200 ms, so a follower that loses its leader (or a leader that loses its
-// quorum) notices within a second, and sessions may be as short as
-// 400 ms.
+// 200 ms, so sessions may be as short as 400 ms, and a sync limit of 10
+// ticks, so a follower that loses its leader (or a leader its quorum)
+// notices within 2 s. With 5 ticks (1 s) a loaded 2-core machine
+// starved the JVMs into spurious elections.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{
-		DataDir: DataDir, Tick: 200 * time.Millisecond, InitLimit: 50, SyncLimit: 5,
+		DataDir: DataDir, Tick: 200 * time.Millisecond, InitLimit: 50, SyncLimit: 10,
 		MinSession: 400 * time.Millisecond, MaxSession: time.Minute, HeapMB: 256,
 	}
 }
