@@ -308,11 +308,7 @@ func (c Config) runDirName() string {
 	}
 	target := c.Target
 	if c.Client != "" {
-		name := c.Client
-		if looksLikeCommand(name) {
-			name = "external"
-		}
-		target += "+" + name
+		target += "+" + clientLabel(c.Client)
 	}
 	return filepath.Join(c.ResultsDir, fmt.Sprintf("%s-%s-%s", target, c.Workload, nem))
 }
