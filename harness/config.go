@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/clockskew"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/nemesis/clock"
 	"github.com/splitbrain/splitbrain/targets"
@@ -291,7 +292,7 @@ func (c Config) clockNemesis() *clock.Nemesis {
 		Modes: splitList(c.ClockModes), Weights: w, MinOffset: lo, MaxOffset: hi,
 		Direction: c.ClockDirection, Monotonic: c.ClockMonotonic,
 		StrobeMin: c.ClockStrobeMin, StrobeMax: c.ClockStrobeMax, HolderWait: time.Second,
-		Shims: map[string]clock.Shim{redis.Role: {Now: redis.ServerTime}},
+		Shims: map[string]clockskew.Shim{redis.Role: {Now: redis.ServerTime}},
 	}
 }
 

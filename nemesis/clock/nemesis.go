@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/clockskew"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/runtime"
 )
@@ -74,9 +75,9 @@ type Nemesis struct {
 	HolderWait time.Duration
 	// Shims maps a node role to the way its processes are skewed through
 	// the LD_PRELOAD shim; other roles are skewed by vDSO injection.
-	Shims map[string]Shim
+	Shims map[string]clockskew.Shim
 	// Tolerance is how far an observed offset may be from the one set,
-	// besides the observation's uncertainty (0: DefaultTolerance).
+	// besides the observation's uncertainty (0: the mechanism's default, 100ms).
 	Tolerance time.Duration
 	// Log receives the strobe's progress (nil: discard).
 	Log *slog.Logger
@@ -144,14 +145,12 @@ func (nm *Nemesis) Caps(group string) []string {
 }
 
 // Process returns the clock of n's main process as the nemesis drives it.
-func (nm *Nemesis) Process(n runtime.Node) *Process {
-	var shim *Shim
+func (nm *Nemesis) Process(n runtime.Node) *clockskew.Process {
+	var shim *clockskew.Shim
 	if s, ok := nm.Shims[n.Role()]; ok {
 		shim = &s
 	}
-	p := NewProcess(n, shim, nm.Tolerance)
-	p.touch = nm.touch
-	return p
+	return clockskew.NewProcess(n, shim, nm.Tolerance).OnSkew(nm.touch)
 }
 
 func (nm *Nemesis) touch(n runtime.Node, skewed bool) {
@@ -187,7 +186,7 @@ func (nm *Nemesis) candidates(env *nemesis.Env) []runtime.Node {
 }
 
 // Prepare probes, with zero offsets, one node of every role the nemesis may
-// pick (see [Process.Check]), so that a run that cannot skew a target is
+// pick (see [clockskew.Process.Check]), so that a run that cannot skew a target is
 // refused at its start instead of running without the fault. The error is
 // one line naming the fix. log becomes the nemesis's Log unless it has
 // one; Prepare must be called before the nemesis is in use.
@@ -294,8 +293,8 @@ func (nm *Nemesis) clocks() []string {
 }
 
 // offsets turns a signed amount into the offsets of the skewed clocks.
-func (nm *Nemesis) offsets(d time.Duration) Offsets {
-	o := Offsets{Realtime: d}
+func (nm *Nemesis) offsets(d time.Duration) clockskew.Offsets {
+	o := clockskew.Offsets{Realtime: d}
 	if nm.Monotonic {
 		o.Monotonic = d
 	}
@@ -374,7 +373,7 @@ func (nm *Nemesis) Inject(ctx context.Context, env *nemesis.Env, rng *rand.Rand)
 // fault is one clock fault in force.
 type fault struct {
 	nm    *Nemesis
-	proc  *Process
+	proc  *clockskew.Process
 	rec   Record
 	stop  context.CancelFunc // strobe only
 	done  chan struct{}      // closed when the strobe has stopped

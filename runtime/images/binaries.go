@@ -17,7 +17,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/splitbrain/splitbrain/nemesis/clock"
+	"github.com/splitbrain/splitbrain/internal/clockskew"
 )
 
 // ModulePath is splitbrain's Go module path.
@@ -205,13 +205,13 @@ func EtcdBinary(ctx context.Context, b *Builder) (Artifact, error) {
 }
 
 // ClockShim is the ArtifactFunc of the redis image: the LD_PRELOAD clock
-// shim (nemesis/clock's C source) compiled on this machine with gcc ($CC)
-// into clock.ShimPath, cached by the hash of its source, flags, compiler
+// shim (internal/clockskew's C source) compiled on this machine with gcc ($CC)
+// into clockskew.ShimPath, cached by the hash of its source, flags, compiler
 // and architecture. The image's Debian release is the host's own
 // (bookworm), so the library links against the same libc.
 func ClockShim(ctx context.Context, b *Builder) (Artifact, error) {
-	art := Artifact{Name: "clockshim.so", Dest: clock.ShimPath, Mode: 0o644}
-	sum := hashStrings(string(clock.ShimSource()), strings.Join(clock.ShimCFlags, " "), os.Getenv("CC"), runtime.GOARCH)
+	art := Artifact{Name: "clockshim.so", Dest: clockskew.ShimPath, Mode: 0o644}
+	sum := hashStrings(string(clockskew.ShimSource()), strings.Join(clockskew.ShimCFlags, " "), os.Getenv("CC"), runtime.GOARCH)
 	cache := filepath.Join(b.CacheDir, "bin")
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		return art, fmt.Errorf("binary cache: %w", err)
@@ -222,8 +222,8 @@ func ClockShim(ctx context.Context, b *Builder) (Artifact, error) {
 		return art, nil
 	}
 	start := time.Now()
-	b.progress("gcc clock shim (%s)", clock.ShimPath)
-	if err := clock.BuildShim(ctx, art.Path); err != nil {
+	b.progress("gcc clock shim (%s)", clockskew.ShimPath)
+	if err := clockskew.BuildShim(ctx, art.Path); err != nil {
 		if inst, ierr := installed(art); ierr == nil {
 			return inst, nil // no compiler here, but the control image has it
 		}
