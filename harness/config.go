@@ -174,13 +174,13 @@ func (c Config) Validate(known map[string]targets.Target) error {
 	if err := c.Schedule().Validate(); err != nil {
 		return BadInput("%v (check --nemesis-interval, --fault-min, --fault-max)", err)
 	}
-	if _, err := nemesis.Weights(c.PauseTargets, nemesis.PauseGroups); err != nil {
+	if _, err := nemesis.ParseWeights(c.PauseTargets, nemesis.PauseGroups); err != nil {
 		return BadInput("--pause-targets: %v", err)
 	}
-	if _, err := nemesis.Weights(c.KillTargets, nemesis.KillGroups); err != nil {
+	if _, err := nemesis.ParseWeights(c.KillTargets, nemesis.KillGroups); err != nil {
 		return BadInput("--kill-targets: %v", err)
 	}
-	if _, err := nemesis.Weights(c.ClockTargets, clock.Groups); err != nil {
+	if _, err := nemesis.ParseWeights(c.ClockTargets, clock.Groups); err != nil {
 		return BadInput("--clock-targets: %v", err)
 	}
 	if err := c.clockNemesis().Validate(); err != nil {
@@ -241,11 +241,11 @@ func checkWritable(dir string) error {
 
 // Nemeses returns the nemeses a config can name for target t.
 func Nemeses(c Config, t targets.Target) map[string]nemesis.Nemesis {
-	pw, err := nemesis.Weights(c.PauseTargets, nemesis.PauseGroups)
+	pw, err := nemesis.ParseWeights(c.PauseTargets, nemesis.PauseGroups)
 	if err != nil {
 		pw = map[string]int{nemesis.GroupHolder: 1}
 	}
-	kw, err := nemesis.Weights(c.KillTargets, nemesis.KillGroups)
+	kw, err := nemesis.ParseWeights(c.KillTargets, nemesis.KillGroups)
 	if err != nil {
 		kw = map[string]int{nemesis.GroupNode: 1}
 	}
@@ -283,7 +283,7 @@ func (c Config) ClockOffsets() (lo, hi time.Duration) {
 // skewed through the LD_PRELOAD shim (verified by the server's TIME), all
 // other processes by vDSO injection.
 func (c Config) clockNemesis() *clock.Nemesis {
-	w, err := nemesis.Weights(c.ClockTargets, clock.Groups)
+	w, err := nemesis.ParseWeights(c.ClockTargets, clock.Groups)
 	if err != nil {
 		w = map[string]int{nemesis.GroupNode: 1}
 	}

@@ -22,7 +22,7 @@ var KillGroups = []string{GroupHolder, GroupClient, GroupNode}
 // client agent comes back empty-handed and is reconnected by the harness.
 type Kill struct {
 	// Weights chooses the target group, e.g. {"node": 2, "holder": 1}.
-	Weights map[string]int
+	Weights Weights
 	// HolderWait bounds the wait for a client in its critical section.
 	HolderWait time.Duration
 }
@@ -34,7 +34,7 @@ func (*Kill) Name() string { return "kill" }
 
 // Inject implements Nemesis.
 func (k *Kill) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, error) {
-	n, err := chooseNode(ctx, env, rng, pick(rng, k.Weights), k.HolderWait)
+	n, err := env.Choose(ctx, rng, k.Weights.Pick(rng), k.HolderWait)
 	if err != nil {
 		return nil, fmt.Errorf("kill: %w", err)
 	}

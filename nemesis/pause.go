@@ -30,7 +30,7 @@ var PauseGroups = []string{GroupHolder, GroupClient, GroupNode, GroupStore}
 // frozen node looks to everyone else exactly like a partitioned one.
 type Pause struct {
 	// Weights chooses the target group, e.g. {"holder": 2, "node": 1}.
-	Weights map[string]int
+	Weights Weights
 	// HolderWait bounds how long to wait for a client to be in its critical
 	// section before pausing any client instead.
 	HolderWait time.Duration
@@ -43,7 +43,7 @@ func (*Pause) Name() string { return "pause" }
 
 // Inject implements Nemesis.
 func (p *Pause) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, error) {
-	n, err := chooseNode(ctx, env, rng, pick(rng, p.Weights), p.HolderWait)
+	n, err := env.Choose(ctx, rng, p.Weights.Pick(rng), p.HolderWait)
 	if err != nil {
 		return nil, err
 	}
@@ -53,9 +53,10 @@ func (p *Pause) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, er
 	return &pauseFault{node: n}, nil
 }
 
-// chooseNode picks a node of group; for GroupHolder it waits up to
-// holderWait for a client in its critical section, then takes any client.
-func chooseNode(ctx context.Context, env *Env, rng *rand.Rand, group string, holderWait time.Duration) (runtime.Node, error) {
+// Choose draws a node of group (GroupHolder, GroupClient, GroupNode or
+// GroupStore); for GroupHolder it waits up to holderWait for a client in
+// its critical section, then takes any client.
+func (env *Env) Choose(ctx context.Context, rng *rand.Rand, group string, holderWait time.Duration) (runtime.Node, error) {
 	var pool []runtime.Node
 	switch group {
 	case GroupHolder:

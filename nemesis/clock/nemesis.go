@@ -61,7 +61,7 @@ type Nemesis struct {
 	Modes []string
 	// Weights chooses the target group (nemesis.GroupHolder,
 	// nemesis.GroupClient, nemesis.GroupNode).
-	Weights map[string]int
+	Weights nemesis.Weights
 	// MinOffset and MaxOffset bound an offset's size.
 	MinOffset, MaxOffset time.Duration
 	// Direction is DirBoth (the default), DirForward or DirBackward.
@@ -324,8 +324,8 @@ func (nm *Nemesis) draw(rng *rand.Rand) time.Duration {
 // Inject implements nemesis.Nemesis: it picks a target and a mode, skews
 // the target's clock and verifies the skew before returning.
 func (nm *Nemesis) Inject(ctx context.Context, env *nemesis.Env, rng *rand.Rand) (nemesis.Fault, error) {
-	group := pick(rng, nm.Weights)
-	node, err := chooseNode(ctx, env, rng, group, nm.HolderWait)
+	group := nm.Weights.Pick(rng)
+	node, err := env.Choose(ctx, rng, group, nm.HolderWait)
 	if err != nil {
 		return nil, fmt.Errorf("clock: %w", err)
 	}
@@ -456,62 +456,4 @@ func (f *fault) strobe(ctx context.Context, rng *rand.Rand) {
 		}
 		f.flips.Add(1)
 	}
-}
-
-// pick draws a name with probability proportional to its weight, in an
-// order independent of the map's.
-func pick(rng *rand.Rand, weights map[string]int) string {
-	names := make([]string, 0, len(weights))
-	total := 0
-	for n, w := range weights {
-		if w > 0 {
-			names = append(names, n)
-			total += w
-		}
-	}
-	slices.Sort(names)
-	x := rng.IntN(total)
-	for _, n := range names {
-		if x < weights[n] {
-			return n
-		}
-		x -= weights[n]
-	}
-	return names[len(names)-1]
-}
-
-// chooseNode picks a node of group; for GroupHolder it waits up to
-// holderWait for a client in its critical section, then takes any client.
-func chooseNode(ctx context.Context, env *nemesis.Env, rng *rand.Rand, group string, holderWait time.Duration) (runtime.Node, error) {
-	var pool []runtime.Node
-	switch group {
-	case nemesis.GroupHolder:
-		if env.InCriticalSection != nil {
-			deadline := time.Now().Add(holderWait)
-			for {
-				if names := env.InCriticalSection(); len(names) > 0 {
-					if n, ok := env.Node(names[rng.IntN(len(names))]); ok {
-						return n, nil
-					}
-				}
-				if time.Now().After(deadline) {
-					break
-				}
-				select {
-				case <-ctx.Done():
-					return nil, ctx.Err()
-				case <-time.After(5 * time.Millisecond):
-				}
-			}
-		}
-		pool = env.Clients
-	case nemesis.GroupClient:
-		pool = env.Clients
-	case nemesis.GroupNode:
-		pool = env.Nodes
-	}
-	if len(pool) == 0 {
-		return nil, fmt.Errorf("no node in group %q", group)
-	}
-	return pool[rng.IntN(len(pool))], nil
 }
