@@ -86,7 +86,7 @@ var lateC3 = csOp{id: 2, client: "c3", token: 7, read: val(41, 1), inv: 10.25, a
 
 func testdata(t *testing.T, name string) []history.Event {
 	t.Helper()
-	evs, _, err := history.ReadFile(filepath.Join("..", "..", "checkers", "testdata", name, "history.jsonl"))
+	evs, _, err := history.ReadFile(filepath.Join("..", "checkers", "testdata", name, "history.jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 // (the harness imports this package, so it cannot be used here), reads
 // what the harness writes.
 func TestReportReadsHarnessResults(t *testing.T) {
-	src := filepath.Join("..", "..", "checkers", "testdata", "fenced-rejection-valid", "history.jsonl")
+	src := filepath.Join("..", "checkers", "testdata", "fenced-rejection-valid", "history.jsonl")
 	evs, rep, err := history.ReadFile(src)
 	if err != nil {
 		t.Fatal(err)
