@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,9 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/splitbrain/splitbrain/internal/clockskew"
 	"github.com/splitbrain/splitbrain/nemesis"
-	"github.com/splitbrain/splitbrain/nemesis/clock"
+	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/redis"
 	"github.com/splitbrain/splitbrain/workloads"
@@ -57,33 +57,11 @@ type Config struct {
 	// from the lease TTL (a pause must outlive the lease to matter).
 	FaultMin time.Duration `json:"fault_min_ns"`
 	FaultMax time.Duration `json:"fault_max_ns"`
-	// PauseTargets weighs the pause nemesis's target groups
-	// ("holder=2,node=1").
-	PauseTargets string `json:"pause_targets"`
-	// KillTargets weighs the kill nemesis's target groups.
-	KillTargets string `json:"kill_targets"`
-	// ClockTargets weighs the clock nemesis's target groups (holder,
-	// client, node).
-	ClockTargets string `json:"clock_targets"`
-	// ClockModes lists the clock nemesis's modes to draw from ("bump",
-	// "strobe").
-	ClockModes string `json:"clock_modes"`
-	// ClockMin and ClockMax bound the size of a clock offset; zero
-	// derives them from the lease TTL (TTL .. 3×TTL: a jump that matters).
-	ClockMin time.Duration `json:"clock_min_ns"`
-	ClockMax time.Duration `json:"clock_max_ns"`
-	// ClockDirection is forward, backward or both.
-	ClockDirection string `json:"clock_direction"`
-	// ClockMonotonic also skews CLOCK_MONOTONIC, which etcd and lockd time
-	// their leases with (CLOCK_REALTIME is always skewed).
-	ClockMonotonic bool `json:"clock_monotonic"`
-	// ClockStrobeMin and ClockStrobeMax bound a strobe's time between
-	// flips.
-	ClockStrobeMin time.Duration `json:"clock_strobe_min_ns"`
-	ClockStrobeMax time.Duration `json:"clock_strobe_max_ns"`
-	// Partitions lists the partition topologies to draw from; empty means
-	// every topology the target's size allows.
-	Partitions     string        `json:"partitions"`
+	// Faults holds each fault's settings, by name (see
+	// [nemesis.Register]); those of the faults named in Nemesis are used.
+	// [DefaultConfig] has every registered fault's defaults; a missing
+	// name stands for its defaults.
+	Faults         nemesis.Specs `json:"faults"`
 	AcquireTimeout time.Duration `json:"acquire_timeout_ns"`
 	StoreTimeout   time.Duration `json:"store_timeout_ns"`
 	// OpTimeout is how long the harness waits for one operation.
@@ -116,13 +94,7 @@ func DefaultConfig() Config {
 		LeaseTTL:        2 * time.Second,
 		Work:            100 * time.Millisecond,
 		NemesisInterval: 3 * time.Second,
-		PauseTargets:    "holder=3,node=1",
-		KillTargets:     "node=2,holder=1",
-		ClockTargets:    "node=1,holder=1,client=1",
-		ClockModes:      "bump,strobe",
-		ClockDirection:  clock.DirBoth,
-		ClockStrobeMin:  50 * time.Millisecond,
-		ClockStrobeMax:  200 * time.Millisecond,
+		Faults:          nemesis.DefaultSpecs(),
 		AcquireTimeout:  5 * time.Second,
 		StoreTimeout:    time.Second,
 		OpTimeout:       30 * time.Second,
@@ -144,8 +116,36 @@ func (c Config) Schedule() nemesis.Schedule {
 }
 
 // Validate returns an InputError naming the first problem. known maps
-// target names to targets.
+// target names to targets. ([Prepare] checks the same and keeps what it
+// built.)
 func (c Config) Validate(known map[string]targets.Target) error {
+	return c.validate(known, &Plan{})
+}
+
+// Plan is a config checked once against its target, with its nemeses
+// built: what [Plan.Run] runs. A Plan runs once.
+type Plan struct {
+	cfg     Config
+	target  targets.Target
+	nemeses []nemesis.Nemesis
+}
+
+// Config returns the plan's config.
+func (p *Plan) Config() Config { return p.cfg }
+
+// Prepare checks cfg against the known targets (an InputError naming the
+// first problem) and builds the nemeses it names. Every fault's settings
+// are checked, named in the run or not.
+func Prepare(cfg Config, known map[string]targets.Target) (*Plan, error) {
+	p := &Plan{cfg: cfg, target: known[cfg.Target]}
+	if err := cfg.validate(known, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// validate checks c and puts the nemeses it names in p.
+func (c Config) validate(known map[string]targets.Target, p *Plan) error {
 	var targetNames []string
 	for n := range known {
 		targetNames = append(targetNames, n)
@@ -174,36 +174,41 @@ func (c Config) Validate(known map[string]targets.Target) error {
 	if err := c.Schedule().Validate(); err != nil {
 		return BadInput("%v (check --nemesis-interval, --fault-min, --fault-max)", err)
 	}
-	if _, err := nemesis.ParseWeights(c.PauseTargets, nemesis.PauseGroups); err != nil {
-		return BadInput("--pause-targets: %v", err)
-	}
-	if _, err := nemesis.ParseWeights(c.KillTargets, nemesis.KillGroups); err != nil {
-		return BadInput("--kill-targets: %v", err)
-	}
-	if _, err := nemesis.ParseWeights(c.ClockTargets, clock.Groups); err != nil {
-		return BadInput("--clock-targets: %v", err)
-	}
-	if err := c.clockNemesis().Validate(); err != nil {
-		return BadInput("clock nemesis: %v (check --clock-modes, --clock-min, --clock-max, --clock-direction)", err)
-	}
-	nems, err := nemesis.Parse(c.Nemesis, Nemeses(c, known[c.Target]))
+	names, err := nemesis.Select(c.Nemesis)
 	if err != nil {
 		return BadInput("--nemesis: %v", err)
 	}
-	for _, n := range nems {
-		if p, ok := n.(*nemesis.Partition); ok && len(p.Topologies) == 0 {
-			return BadInput("--nemesis partition: no topology fits target %s", c.Target)
+	ft := faultTarget(c, known[c.Target])
+	for _, name := range nemesis.Names() {
+		if err := c.Faults.Get(name).Validate(ft); err != nil {
+			return &InputError{Err: err}
 		}
 	}
-	if c.Partitions != "" {
-		size, leads := shape(known[c.Target])
-		for _, t := range splitList(c.Partitions) {
-			if err := nemesis.CheckTopology(t, size, leads); err != nil {
-				return BadInput("--partitions: %v", err)
+	for _, name := range names {
+		spec := c.Faults.Get(name)
+		if a, ok := spec.(nemesis.Availability); ok {
+			if err := a.Available(ft); err != nil {
+				return BadInput("--nemesis %s: %v", name, err)
 			}
 		}
+		n, err := spec.New(ft)
+		if err != nil {
+			return BadInput("--nemesis %s: %v", name, err)
+		}
+		p.nemeses = append(p.nemeses, n)
 	}
 	return checkWritable(c.ResultsDir)
+}
+
+// faultTarget is what the faults of c are checked against and built for
+// on target t.
+func faultTarget(c Config, t targets.Target) nemesis.Target {
+	size, leads := shape(t)
+	return nemesis.Target{
+		Name: c.Target, Size: size, Leads: leads, LeaseTTL: c.LeaseTTL,
+		// Redis runs under the clock shim; its TIME verifies a skew.
+		ShimClocks: map[string]func(context.Context, runtime.Node) (time.Time, error){redis.Role: redis.ServerTime},
+	}
 }
 
 // shape is a target's lock-node count and whether one leads (1, false when
@@ -237,63 +242,6 @@ func checkWritable(dir string) error {
 	f.Close()
 	os.Remove(f.Name())
 	return nil
-}
-
-// Nemeses returns the nemeses a config can name for target t.
-func Nemeses(c Config, t targets.Target) map[string]nemesis.Nemesis {
-	pw, err := nemesis.ParseWeights(c.PauseTargets, nemesis.PauseGroups)
-	if err != nil {
-		pw = map[string]int{nemesis.GroupHolder: 1}
-	}
-	kw, err := nemesis.ParseWeights(c.KillTargets, nemesis.KillGroups)
-	if err != nil {
-		kw = map[string]int{nemesis.GroupNode: 1}
-	}
-	topos := splitList(c.Partitions)
-	if len(topos) == 0 {
-		size, leads := shape(t)
-		for _, name := range nemesis.Topologies() {
-			if nemesis.CheckTopology(name, size, leads) == nil {
-				topos = append(topos, name)
-			}
-		}
-	}
-	return map[string]nemesis.Nemesis{
-		"clock":     c.clockNemesis(),
-		"pause":     &nemesis.Pause{Weights: pw, HolderWait: time.Second},
-		"kill":      &nemesis.Kill{Weights: kw, HolderWait: time.Second},
-		"partition": &nemesis.Partition{Topologies: topos},
-	}
-}
-
-// ClockOffsets is the size range of the clock nemesis's offsets: ClockMin
-// and ClockMax, or TTL .. 3×TTL where they are zero.
-func (c Config) ClockOffsets() (lo, hi time.Duration) {
-	lo, hi = c.ClockMin, c.ClockMax
-	if lo == 0 {
-		lo = c.LeaseTTL
-	}
-	if hi == 0 {
-		hi = max(lo, 3*c.LeaseTTL)
-	}
-	return lo, hi
-}
-
-// clockNemesis is the clock nemesis the config asks for. Redis nodes are
-// skewed through the LD_PRELOAD shim (verified by the server's TIME), all
-// other processes by vDSO injection.
-func (c Config) clockNemesis() *clock.Nemesis {
-	w, err := nemesis.ParseWeights(c.ClockTargets, clock.Groups)
-	if err != nil {
-		w = map[string]int{nemesis.GroupNode: 1}
-	}
-	lo, hi := c.ClockOffsets()
-	return &clock.Nemesis{
-		Modes: splitList(c.ClockModes), Weights: w, MinOffset: lo, MaxOffset: hi,
-		Direction: c.ClockDirection, Monotonic: c.ClockMonotonic,
-		StrobeMin: c.ClockStrobeMin, StrobeMax: c.ClockStrobeMax, HolderWait: time.Second,
-		Shims: map[string]clockskew.Shim{redis.Role: {Now: redis.ServerTime}},
-	}
 }
 
 // runDirName is the results directory of a run: target-workload-nemesis.

@@ -4,12 +4,56 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"syscall"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/splitbrain/splitbrain/runtime"
 )
+
+func init() {
+	Register(Kind{
+		Name: "kill",
+		Doc:  "SIGKILL a lock node or a client (preferably a holder) and restart it at heal",
+		NewSpec: func() Spec {
+			return &KillSpec{Targets: Weights{GroupNode: 2, GroupHolder: 1}}
+		},
+		Report: Report{
+			Color:       "#1e88e5",
+			Phrase:      func(who, be string) string { return who + " " + be + " killed and restarted" },
+			QuoteDetail: true,
+		},
+	})
+}
+
+// KillSpec is the kill nemesis's settings.
+type KillSpec struct {
+	// Targets weighs the target groups (--kill-targets).
+	Targets Weights `json:"targets"`
+}
+
+var _ Spec = (*KillSpec)(nil)
+
+// Flags implements Spec.
+func (s *KillSpec) Flags(fs *pflag.FlagSet) {
+	fs.Var(&s.Targets, "kill-targets", "weights of what kill stops and restarts: holder, client, node")
+}
+
+// Validate implements Spec.
+func (s *KillSpec) Validate(Target) error {
+	if err := s.Targets.Check(KillGroups); err != nil {
+		return fmt.Errorf("--kill-targets: %w", err)
+	}
+	return nil
+}
+
+// New implements Spec.
+func (s *KillSpec) New(Target) (Nemesis, error) {
+	return &Kill{Weights: maps.Clone(s.Targets), HolderWait: time.Second}, nil
+}
 
 // KillGroups are the target groups kill may pick from. The counter store
 // is not among them: it keeps its counters in memory, and losing them would

@@ -1,11 +1,17 @@
 // Package nemesis injects faults into a run: pauses (SIGSTOP) of lock
-// holders and backend nodes, and, in later kinds, partitions, kills and
-// clock skew.
+// holders and backend nodes, kills, network partitions, and (in package
+// nemesis/clock) clock skew.
 //
 // A [Nemesis] knows one kind of fault: Inject starts one and returns a
 // [Fault] whose Heal undoes it. [Run] drives a schedule of faults drawn from
 // several nemeses, records each fault's start and end in the history, and
 // heals whatever is still in force when it returns, on every path.
+//
+// Each fault registers a [Kind] with [Register] from its own file or
+// package: its name, its settings (a typed [Spec] with its flags, checked
+// once and turned into the Nemesis), and how reports show it. Optional
+// parts of a Nemesis ([CapsNeeder], [Preparer], [Finisher]) and of a Spec
+// ([Availability]) are found by type assertion.
 package nemesis
 
 import (
@@ -170,29 +176,6 @@ func Run(ctx context.Context, nemeses []Nemesis, env *Env, sched Schedule, rng *
 		rec.Record(end)
 		log.Info("healed", "nemesis", n.Name(), "targets", f.Targets(), "err", herr)
 	}
-}
-
-// Parse builds the nemeses named in a comma-separated list ("pause" or
-// "none"); known lists the names it accepts.
-func Parse(list string, known map[string]Nemesis) ([]Nemesis, error) {
-	var out []Nemesis
-	for _, name := range strings.Split(list, ",") {
-		name = strings.TrimSpace(name)
-		if name == "" || name == "none" {
-			continue
-		}
-		n, ok := known[name]
-		if !ok {
-			names := make([]string, 0, len(known))
-			for k := range known {
-				names = append(names, k)
-			}
-			slices.Sort(names)
-			return nil, fmt.Errorf("unknown nemesis %q (known: none, %s)", name, strings.Join(names, ", "))
-		}
-		out = append(out, n)
-	}
-	return out, nil
 }
 
 // Weights weigh target groups: [Weights.Pick] draws a group with

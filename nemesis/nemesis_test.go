@@ -99,19 +99,6 @@ func TestPickFollowsWeightsAndSeed(t *testing.T) {
 	}
 }
 
-func TestParse(t *testing.T) {
-	known := map[string]Nemesis{"pause": &Pause{}}
-	if ns, err := Parse("pause, none,", known); err != nil || len(ns) != 1 {
-		t.Fatalf("%v %v", ns, err)
-	}
-	if ns, err := Parse("none", known); err != nil || len(ns) != 0 {
-		t.Fatalf("%v %v", ns, err)
-	}
-	if _, err := Parse("pause,meteor", known); err == nil {
-		t.Fatal("unknown nemesis accepted")
-	}
-}
-
 func memEnv(t *testing.T) (*Env, *memrt.Runtime) {
 	t.Helper()
 	idle := func(ctx context.Context, _ *memrt.Proc) error { <-ctx.Done(); return nil }

@@ -3,12 +3,56 @@ package nemesis
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"syscall"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/splitbrain/splitbrain/runtime"
 )
+
+func init() {
+	Register(Kind{
+		Name: "pause",
+		Doc:  "SIGSTOP a lock holder, a client, a lock node or the store; SIGCONT at heal",
+		NewSpec: func() Spec {
+			return &PauseSpec{Targets: Weights{GroupHolder: 3, GroupNode: 1}}
+		},
+		Report: Report{
+			Color:   "#e53935",
+			Phrase:  func(who, be string) string { return who + " " + be + " paused" },
+			Freezes: true,
+		},
+	})
+}
+
+// PauseSpec is the pause nemesis's settings.
+type PauseSpec struct {
+	// Targets weighs the target groups (--pause-targets).
+	Targets Weights `json:"targets"`
+}
+
+var _ Spec = (*PauseSpec)(nil)
+
+// Flags implements Spec.
+func (s *PauseSpec) Flags(fs *pflag.FlagSet) {
+	fs.Var(&s.Targets, "pause-targets", "weights of what pause stops: holder, client, node, store")
+}
+
+// Validate implements Spec.
+func (s *PauseSpec) Validate(Target) error {
+	if err := s.Targets.Check(PauseGroups); err != nil {
+		return fmt.Errorf("--pause-targets: %w", err)
+	}
+	return nil
+}
+
+// New implements Spec.
+func (s *PauseSpec) New(Target) (Nemesis, error) {
+	return &Pause{Weights: maps.Clone(s.Targets), HolderWait: time.Second}, nil
+}
 
 // Target groups a pause may pick from.
 const (

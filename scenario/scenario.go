@@ -16,6 +16,8 @@ import (
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
+	"github.com/splitbrain/splitbrain/nemesis"
+	"github.com/splitbrain/splitbrain/nemesis/clock"
 )
 
 // Scenario is one named preset.
@@ -120,6 +122,9 @@ func (e Expect) Mismatches(r *harness.Results) []string {
 
 var allTargets = []string{"redis", "etcd", "lockd"}
 
+// holders weighs the holder group alone: every fault hits a lock holder.
+func holders() nemesis.Weights { return nemesis.Weights{nemesis.GroupHolder: 1} }
+
 // Catalogue returns every scenario.
 func Catalogue() []Scenario {
 	return []Scenario{
@@ -140,7 +145,8 @@ func Catalogue() []Scenario {
 			Name: "holder-lost-recovery", AntiPattern: 0, Targets: allTargets,
 			Title: "a killed holder's lease expires on the service's side and the lock is granted again",
 			Apply: func(c *harness.Config) {
-				c.Workload, c.Nemesis, c.KillTargets, c.Keys, c.Concurrency = "fenced-counter", "kill", "holder=1", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), Recovers: true, MaxStall: 8 * time.Second, NoEarlyOverlaps: true},
@@ -149,7 +155,8 @@ func Catalogue() []Scenario {
 			Name: "no-expiry-deadlock", AntiPattern: 1, Targets: []string{"redis"},
 			Title: "a lock without expiry whose holder is killed deadlocks everyone",
 			Apply: func(c *harness.Config) {
-				c.Workload, c.Nemesis, c.KillTargets, c.Keys, c.Concurrency = "fenced-counter", "kill", "holder=1", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
 				c.RecipeOptions = map[string]string{"expiry": "none"}
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
 			},
@@ -159,7 +166,8 @@ func Catalogue() []Scenario {
 			Name: "long-ttl-unavailable", AntiPattern: 2, Targets: []string{"redis"},
 			Title: "a huge TTL keeps the lock unavailable for a whole TTL after its holder is lost",
 			Apply: func(c *harness.Config) {
-				c.Workload, c.Nemesis, c.KillTargets, c.Keys, c.Concurrency = "fenced-counter", "kill", "holder=1", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
 				c.LeaseTTL, c.AcquireTimeout = 10*time.Second, 2*time.Second
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
 				c.NemesisInterval = 4 * time.Second
@@ -172,7 +180,8 @@ func Catalogue() []Scenario {
 			Apply: func(c *harness.Config) {
 				c.Workload, c.Nemesis, c.Keys = "unfenced-counter", "clock", 1
 				c.RecipeOptions = map[string]string{"expiry": "client"}
-				c.ClockTargets, c.ClockModes, c.ClockDirection = "client=1", "bump", "forward"
+				cs := nemesis.SpecOf[*clock.Spec](c.Faults)
+				cs.Targets, cs.Modes, cs.Direction = nemesis.Weights{nemesis.GroupClient: 1}, nemesis.List{clock.ModeBump}, clock.DirForward
 			},
 			Expect: Expect{MinEarlyOverlaps: 1},
 		},
@@ -180,7 +189,8 @@ func Catalogue() []Scenario {
 			Name: "unchecked-release", AntiPattern: 4, Targets: []string{"redis"},
 			Title: "a release without an ownership check deletes someone else's lock",
 			Apply: func(c *harness.Config) {
-				c.Workload, c.Nemesis, c.PauseTargets, c.Keys, c.Concurrency = "unfenced-counter", "pause", "holder=1", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "pause", 1, 4
+				nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = holders()
 				c.RecipeOptions = map[string]string{"release": "unchecked"}
 			},
 			Expect: Expect{MinEarlyOverlaps: 1},
@@ -189,7 +199,8 @@ func Catalogue() []Scenario {
 			Name: "unfenced-late-write", AntiPattern: 5, Targets: allTargets,
 			Title: "an expiring lock alone lets a paused holder write late and lose increments",
 			Apply: func(c *harness.Config) {
-				c.Workload, c.Nemesis, c.PauseTargets, c.Keys, c.Concurrency = "unfenced-counter", "pause", "holder=1", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "pause", 1, 4
+				nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = holders()
 				c.Work, c.NemesisInterval = 300*time.Millisecond, 2*time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
@@ -206,7 +217,8 @@ func Catalogue() []Scenario {
 			Name: "single-node-away", AntiPattern: 7, Targets: []string{"redis"},
 			Title: "a single-node lock backend partitioned away stops every client",
 			Apply: func(c *harness.Config) {
-				c.Workload, c.Nemesis, c.Partitions, c.Keys = "fenced-counter", "partition", "locks-away", 2
+				c.Workload, c.Nemesis, c.Keys = "fenced-counter", "partition", 2
+				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoLocksAway}
 				c.AcquireTimeout = time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), MinUnavailable: 3, MinStall: 2 * time.Second},
@@ -215,7 +227,8 @@ func Catalogue() []Scenario {
 			Name: "busy-vs-unavailable", AntiPattern: 8, Targets: []string{"etcd", "lockd"},
 			Title: "a busy lock and an unreachable lock service are told apart and counted separately",
 			Apply: func(c *harness.Config) {
-				c.Workload, c.Nemesis, c.Partitions, c.Keys, c.Concurrency = "fenced-counter", "partition", "clients-from-locks", 1, 5
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "partition", 1, 5
+				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
 				c.AcquireTimeout = time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), MinBusy: 1, MinUnavailable: 1},
@@ -224,7 +237,8 @@ func Catalogue() []Scenario {
 			Name: "late-writer-drill", AntiPattern: 0, Targets: allTargets,
 			Title: "partition a slow holder from the lock service, heal, and watch fencing stop its late write",
 			Apply: func(c *harness.Config) {
-				c.Workload, c.Nemesis, c.Partitions, c.Keys, c.Concurrency = "fenced-counter", "partition", "clients-from-locks", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "partition", 1, 4
+				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
 				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), MinLateRejected: 1},
@@ -252,6 +266,7 @@ func (s Scenario) Config(target string, base harness.Config) (harness.Config, er
 	}
 	c := base
 	c.Target = target
+	c.Faults = base.Faults.Clone() // Apply changes c's settings, not base's
 	s.Apply(&c)
 	return c, nil
 }

@@ -2,7 +2,12 @@
 // distributed lock backends. See README.md.
 package main
 
-import "os"
+import (
+	"os"
+
+	// Every backend, lock client and fault we ship.
+	_ "github.com/splitbrain/splitbrain/catalog"
+)
 
 func main() {
 	os.Exit(execute(os.Args[1:], os.Stdout, os.Stderr))

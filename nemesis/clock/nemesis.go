@@ -1,3 +1,7 @@
+// Package clock is the clock nemesis: it skews the clock of one process at
+// a time, never the host's, through the mechanism of internal/clockskew
+// (vDSO injection for Go programs, the LD_PRELOAD shim for the roles a
+// target runs under it). It registers itself as the fault "clock".
 package clock
 
 import (
@@ -5,12 +9,15 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/splitbrain/splitbrain/internal/clockskew"
 	"github.com/splitbrain/splitbrain/nemesis"
@@ -43,6 +50,94 @@ var Directions = []string{DirBoth, DirForward, DirBackward}
 // Groups are the target groups the clock nemesis picks from: those of
 // pause, without the counter store (whose clock nothing depends on).
 var Groups = []string{nemesis.GroupHolder, nemesis.GroupClient, nemesis.GroupNode}
+
+func init() {
+	nemesis.Register(nemesis.Kind{
+		Name: "clock",
+		Doc:  "skew the clock of one process (a lock node, a holder or a client): one jump, or flips between two offsets",
+		NewSpec: func() nemesis.Spec {
+			return &Spec{
+				Targets:   nemesis.Weights{nemesis.GroupNode: 1, nemesis.GroupHolder: 1, nemesis.GroupClient: 1},
+				Modes:     nemesis.List{ModeBump, ModeStrobe},
+				Direction: DirBoth,
+				StrobeMin: 50 * time.Millisecond, StrobeMax: 200 * time.Millisecond,
+			}
+		},
+		Report: nemesis.Report{
+			Color:       "#1e88e5",
+			Phrase:      func(who, be string) string { return "the clock of " + who + " " + be + " skewed" },
+			QuoteDetail: true,
+		},
+	})
+}
+
+// Spec is the clock nemesis's settings.
+type Spec struct {
+	// Targets weighs whose clock is skewed (--clock-targets): Groups.
+	Targets nemesis.Weights `json:"targets"`
+	// Modes to draw from (--clock-modes): ModeBump, ModeStrobe.
+	Modes nemesis.List `json:"modes"`
+	// Min and Max bound an offset's size (--clock-min, --clock-max); zero
+	// derives them from the lease: TTL .. 3×TTL, a jump that matters.
+	Min time.Duration `json:"min_ns"`
+	Max time.Duration `json:"max_ns"`
+	// Direction is DirForward, DirBackward or DirBoth (--clock-direction).
+	Direction string `json:"direction"`
+	// Monotonic also skews CLOCK_MONOTONIC, which etcd and lockd time
+	// their leases with (--clock-monotonic); CLOCK_REALTIME always is.
+	Monotonic bool `json:"monotonic"`
+	// StrobeMin and StrobeMax bound a strobe's time between flips.
+	StrobeMin time.Duration `json:"strobe_min_ns"`
+	StrobeMax time.Duration `json:"strobe_max_ns"`
+}
+
+var _ nemesis.Spec = (*Spec)(nil)
+
+// Flags implements nemesis.Spec.
+func (s *Spec) Flags(fs *pflag.FlagSet) {
+	fs.Var(&s.Targets, "clock-targets", "weights of whose clock the clock nemesis skews: holder, client, node")
+	fs.Var(&s.Modes, "clock-modes", "clock faults to draw from: bump (one jump), strobe (flip between two offsets every 50-200ms)")
+	fs.DurationVar(&s.Min, "clock-min", s.Min, "smallest clock offset (default: lease TTL)")
+	fs.DurationVar(&s.Max, "clock-max", s.Max, "largest clock offset (default: 3 x lease TTL)")
+	fs.StringVar(&s.Direction, "clock-direction", s.Direction, "clock offsets go forward, backward or both")
+	fs.BoolVar(&s.Monotonic, "clock-monotonic", s.Monotonic, "also skew CLOCK_MONOTONIC (what etcd and lockd time leases with); CLOCK_REALTIME always is")
+}
+
+// Validate implements nemesis.Spec.
+func (s *Spec) Validate(t nemesis.Target) error {
+	if err := s.Targets.Check(Groups); err != nil {
+		return fmt.Errorf("--clock-targets: %w", err)
+	}
+	if err := s.nemesis(t).Validate(); err != nil {
+		return fmt.Errorf("clock nemesis: %w (check --clock-modes, --clock-min, --clock-max, --clock-direction)", err)
+	}
+	return nil
+}
+
+// New implements nemesis.Spec. The target's shimmed roles are skewed
+// through the shim (verified by their own time query), all other processes
+// by vDSO injection.
+func (s *Spec) New(t nemesis.Target) (nemesis.Nemesis, error) { return s.nemesis(t), nil }
+
+func (s *Spec) nemesis(t nemesis.Target) *Nemesis {
+	lo, hi := s.Min, s.Max
+	if lo == 0 {
+		lo = t.LeaseTTL
+	}
+	if hi == 0 {
+		hi = max(lo, 3*t.LeaseTTL)
+	}
+	shims := map[string]clockskew.Shim{}
+	for role, now := range t.ShimClocks {
+		shims[role] = clockskew.Shim{Now: now}
+	}
+	return &Nemesis{
+		Modes: slices.Clone(s.Modes), Weights: maps.Clone(s.Targets), MinOffset: lo, MaxOffset: hi,
+		Direction: s.Direction, Monotonic: s.Monotonic,
+		StrobeMin: s.StrobeMin, StrobeMax: s.StrobeMax, HolderWait: time.Second,
+		Shims: shims,
+	}
+}
 
 // Nemesis skews the clock of one process at a time, never the host's: a
 // lock-service node's main process or a client agent (preferably one in
@@ -86,7 +181,12 @@ type Nemesis struct {
 	touched map[string]runtime.Node // skewed and not yet reset
 }
 
-var _ nemesis.Nemesis = (*Nemesis)(nil)
+var (
+	_ nemesis.Nemesis    = (*Nemesis)(nil)
+	_ nemesis.CapsNeeder = (*Nemesis)(nil)
+	_ nemesis.Preparer   = (*Nemesis)(nil)
+	_ nemesis.Finisher   = (*Nemesis)(nil)
+)
 
 // Name implements nemesis.Nemesis.
 func (*Nemesis) Name() string { return "clock" }
@@ -189,13 +289,11 @@ func (nm *Nemesis) candidates(env *nemesis.Env) []runtime.Node {
 // pick (see [clockskew.Process.Check]), so that a run that cannot skew a target is
 // refused at its start instead of running without the fault. The error is
 // one line naming the fix. log becomes the nemesis's Log unless it has
-// one; Prepare must be called before the nemesis is in use.
+// one; Prepare must be called before the nemesis is in use. The settings
+// are those [Spec.Validate] checked ([Nemesis.Validate]).
 func (nm *Nemesis) Prepare(ctx context.Context, env *nemesis.Env, log *slog.Logger) error {
 	if nm.Log == nil {
 		nm.Log = log
-	}
-	if err := nm.Validate(); err != nil {
-		return fmt.Errorf("clock nemesis: %w", err)
 	}
 	seen := map[string]bool{}
 	var probe []runtime.Node
