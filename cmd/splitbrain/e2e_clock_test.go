@@ -150,8 +150,10 @@ func TestClockRaftFencedValid(t *testing.T) {
 					t.Fatalf("fault %v: want both clocks skewed by vDSO injection", r)
 				}
 			}
-			if opts, _ := res["options"].(map[string]any); opts["clock_monotonic"] != true {
-				t.Fatalf("options %v lack clock_monotonic", opts)
+			opts, _ := res["options"].(map[string]any)
+			faults, _ := opts["faults"].(map[string]any)
+			if clk, _ := faults["clock"].(map[string]any); clk["monotonic"] != true {
+				t.Fatalf("options %v lack faults.clock.monotonic", opts)
 			}
 			noErrors(t, res)
 			assertNoLeftovers(t, cli, res["run_id"].(string))
