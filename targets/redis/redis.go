@@ -30,7 +30,7 @@
 //	                        the last second's grants and tokens
 //
 // The server always runs with the clock shim preloaded
-// (clock.PreloadCommand), so that the clock nemesis can skew Redis's own
+// (clockskew.PreloadCommand), so that the clock nemesis can skew Redis's own
 // clock, by which it expires keys; without a control file the shim adds
 // nothing.
 package redis
@@ -49,7 +49,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/splitbrain/splitbrain/nemesis/clock"
+	"github.com/splitbrain/splitbrain/internal/clockskew"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
 )
@@ -103,7 +103,7 @@ func (Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Option
 		return nil, fmt.Errorf("reserve redis address: %w", err)
 	}
 	n, err := rt.Start(ctx, runtime.NodeSpec{
-		Name: "n1", Role: Role, Image: opts.Images[Role], Cmd: clock.PreloadCommand(cmd...),
+		Name: "n1", Role: Role, Image: opts.Images[Role], Cmd: clockskew.PreloadCommand(cmd...),
 		Caps: []string{runtime.CapNetAdmin},
 	})
 	if err != nil {
