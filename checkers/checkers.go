@@ -10,9 +10,14 @@
 // [Liveness] measures stalls (no successful critical section while clients
 // kept trying), which is how a lock without expiry or with a huge TTL fails.
 //
+// [FenceOrder] judges the lock service's own promise: tokens that rise with
+// grant order on every key. Its verdict (the lock's) stands beside the data's
+// ([Linearizable] and [Summary]).
+//
 // [Check] runs them all and composes the verdict: valid only when every
-// judging checker is valid; unknown when one is unknown (a Porcupine timeout
-// is never a pass).
+// judging checker is valid and something was tested; unknown when one is
+// unknown (a Porcupine timeout is never a pass) or when nothing was tested
+// (no critical section took effect); invalid when one is invalid.
 package checkers
 
 import (
@@ -118,19 +123,41 @@ type Checker interface {
 	Check(ctx context.Context, in Input) Result
 }
 
+// Aspects of a run a judging checker speaks for.
+const (
+	// AspectData: the counters (linearizable, no lost update, no impossible
+	// value).
+	AspectData = "data"
+	// AspectLock: the lock service's own promises (fence order).
+	AspectLock = "lock"
+)
+
 // Result is one checker's section of results.json.
 type Result struct {
 	Verdict Verdict `json:"valid"`
 	// Judges tells whether the verdict counts towards the run's verdict.
 	Judges bool `json:"judges"`
+	// Aspect is what a judging checker speaks for: AspectData or
+	// AspectLock.
+	Aspect string `json:"aspect,omitempty"`
+	// Reason says in one line why the verdict is not valid ("k0: token 1
+	// granted after token 8"); empty when it is.
+	Reason string `json:"reason,omitempty"`
 	// Details is checker-specific (counts, anomalies).
 	Details any `json:"details,omitempty"`
 }
 
 // Report is every checker's result and the composed verdict.
 type Report struct {
-	Valid    Verdict `json:"valid"`
-	Checkers Results `json:"checkers"`
+	Valid Verdict `json:"valid"`
+	// Data and Lock are the verdicts of the data's checkers and of the lock
+	// service's (both count towards Valid).
+	Data Verdict `json:"data"`
+	Lock Verdict `json:"lock"`
+	// Reasons say, one line each, why Valid is not valid: the lock's first,
+	// then the data's, then what left it undecided.
+	Reasons  []string `json:"reasons,omitempty"`
+	Checkers Results  `json:"checkers"`
 }
 
 // Results are checker sections by checker name. Read back from JSON, each
@@ -144,6 +171,7 @@ var detailTypes = map[string]func() any{
 	"mutex":        func() any { return new(MutexDetails) },
 	"fencing":      func() any { return new(FencingDetails) },
 	"liveness":     func() any { return new(LivenessDetails) },
+	"fence_order":  func() any { return new(FenceOrderDetails) },
 }
 
 // UnmarshalJSON decodes each section, typing the details of known
@@ -152,6 +180,8 @@ func (rs *Results) UnmarshalJSON(b []byte) error {
 	var raw map[string]struct {
 		Verdict Verdict         `json:"valid"`
 		Judges  bool            `json:"judges"`
+		Aspect  string          `json:"aspect"`
+		Reason  string          `json:"reason"`
 		Details json.RawMessage `json:"details"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
@@ -159,7 +189,7 @@ func (rs *Results) UnmarshalJSON(b []byte) error {
 	}
 	out := make(Results, len(raw))
 	for name, r := range raw {
-		res := Result{Verdict: r.Verdict, Judges: r.Judges}
+		res := Result{Verdict: r.Verdict, Judges: r.Judges, Aspect: r.Aspect, Reason: r.Reason}
 		if len(r.Details) > 0 && string(r.Details) != "null" {
 			var d any
 			if mk, ok := detailTypes[name]; ok {
@@ -193,24 +223,92 @@ func (rs Results) Fencing() *FencingDetails { return details[FencingDetails](rs,
 // Liveness returns the liveness section's details (nil if none).
 func (rs Results) Liveness() *LivenessDetails { return details[LivenessDetails](rs, "liveness") }
 
+// FenceOrder returns the fence_order section's details (nil if none).
+func (rs Results) FenceOrder() *FenceOrderDetails {
+	return details[FenceOrderDetails](rs, "fence_order")
+}
+
 func details[D any](rs Results, name string) *D {
 	d, _ := rs[name].Details.(*D)
 	return d
 }
 
-// Check runs checkers and composes their verdict from those that judge.
+// Check runs checkers and composes their verdict from those that judge
+// (see the package comment). Reasons are taken from the checkers in the
+// order given, the lock's first.
 func Check(ctx context.Context, in Input, cs ...Checker) Report {
-	rep := Report{Valid: Valid, Checkers: make(Results, len(cs))}
-	var vs []Verdict
+	rep := Report{Checkers: make(Results, len(cs))}
+	var data, lock []Verdict
+	var lockWhy, dataWhy, unknownWhy []string
 	for _, c := range cs {
 		r := c.Check(ctx, in)
 		rep.Checkers[c.Name()] = r
-		if r.Judges {
-			vs = append(vs, r.Verdict)
+		if !r.Judges {
+			continue
+		}
+		if r.Aspect == AspectLock {
+			lock = append(lock, r.Verdict)
+		} else {
+			data = append(data, r.Verdict)
+		}
+		switch {
+		case r.Verdict == Valid || r.Reason == "":
+		case r.Aspect == AspectLock:
+			lockWhy = append(lockWhy, r.Reason)
+		case r.Verdict == Invalid:
+			dataWhy = append(dataWhy, r.Reason)
+		default:
+			unknownWhy = append(unknownWhy, r.Reason)
 		}
 	}
-	rep.Valid = And(vs...)
+	rep.Data, rep.Lock = And(data...), And(lock...)
+	rep.Valid = And(rep.Data, rep.Lock)
+	if why := NothingTested(in); why != "" && rep.Valid != Invalid {
+		rep.Valid, rep.Data = Unknown, Unknown
+		unknownWhy = append([]string{why}, unknownWhy...)
+	}
+	if rep.Valid != Valid {
+		rep.Reasons = append(append(lockWhy, dataWhy...), unknownWhy...)
+	}
 	return rep
+}
+
+// NothingTested says why in tested nothing ("" when it tested something):
+// a history in which no critical section took effect (acknowledged, or of
+// unknown outcome but seen by a read) never passes.
+func NothingTested(in Input) string {
+	var cs, tried int
+	observed := map[int64]bool{}
+	for _, op := range in.Ops {
+		if c := op.Complete; c != nil && c.Read != nil {
+			observed[c.Read.Tag] = true
+		}
+	}
+	for _, op := range in.Ops {
+		if op.Invoke.F != history.FCriticalSection {
+			continue
+		}
+		cs++
+		switch op.Outcome() {
+		case history.OK:
+			return ""
+		case history.Fail:
+			tried++
+		default:
+			if observed[op.Invoke.ID] {
+				return ""
+			}
+		}
+	}
+	switch {
+	case len(in.Ops) == 0:
+		return "nothing tested: the history has no operations"
+	case cs == 0:
+		return "nothing tested: the history has no critical section"
+	case tried == cs:
+		return fmt.Sprintf("nothing tested: all %d critical sections failed", cs)
+	}
+	return fmt.Sprintf("nothing tested: none of the %d critical sections took effect", cs)
 }
 
 // Default returns the checkers for a history whose lease TTL is unknown.
@@ -219,7 +317,7 @@ func Default(opts LinearizableOptions) []Checker { return ForRun(opts, 0) }
 // ForRun returns the checkers a run uses; ttl is its lease time to live
 // (zero when unknown).
 func ForRun(opts LinearizableOptions, ttl time.Duration) []Checker {
-	return []Checker{NewLinearizable(opts), Summary{}, Mutex{TTL: ttl}, Fencing{}, Liveness{}}
+	return []Checker{FenceOrder{}, Summary{}, NewLinearizable(opts), Mutex{TTL: ttl}, Fencing{}, Liveness{}}
 }
 
 // compile-time assertions

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,45 +14,94 @@ import (
 	"github.com/splitbrain/splitbrain/history"
 )
 
-// TestCorpus replays every history under testdata and compares the verdict
-// with the case's expected.json. Known-bad histories must stay illegal.
-func TestCorpus(t *testing.T) {
-	dirs, err := filepath.Glob("testdata/*/history.jsonl")
-	if err != nil || len(dirs) == 0 {
-		t.Fatalf("no corpus: %v", err)
+// CorpusCase is one case of testdata: a hand-written history and what
+// checking it must give (expected.json).
+type CorpusCase struct {
+	Name, Dir string
+	// Valid is the verdict (absent for bad input); Exit the exit code of
+	// `splitbrain check`.
+	Valid *Verdict `json:"valid"`
+	Exit  int      `json:"exit"`
+	// Reason is a substring of the first reason for a verdict other than
+	// valid (or of the bad-input message).
+	Reason string `json:"reason"`
+	// Kind is the report's kind of the first anomaly explained.
+	Kind string `json:"kind"`
+	// Line and Field locate a malformed history's fault.
+	Line  int    `json:"line"`
+	Field string `json:"field"`
+}
+
+// LoadCorpus reads every case of dir (checkers/testdata). Other packages'
+// tests replay the corpus through it.
+func LoadCorpus(tb testing.TB, dir string) []CorpusCase {
+	tb.Helper()
+	paths, err := filepath.Glob(filepath.Join(dir, "*", "expected.json"))
+	if err != nil || len(paths) == 0 {
+		tb.Fatalf("no corpus in %s: %v", dir, err)
 	}
-	var sawValid, sawInvalid bool
-	for _, path := range dirs {
-		dir := filepath.Dir(path)
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			events, rep, err := history.ReadFile(path)
+	var out []CorpusCase
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		c := CorpusCase{Name: filepath.Base(filepath.Dir(p)), Dir: filepath.Dir(p)}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			tb.Fatalf("%s: %v", p, err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// TestCorpus replays every history under testdata and compares the verdict
+// and its first reason with the case's expected.json; a malformed history
+// must be refused at the line and field expected. Known-bad histories must
+// stay illegal.
+func TestCorpus(t *testing.T) {
+	cases := LoadCorpus(t, "testdata")
+	if len(cases) < 30 {
+		t.Fatalf("the corpus has %d cases, want at least 30", len(cases))
+	}
+	seen := map[int]int{}
+	for _, c := range cases {
+		seen[c.Exit]++
+		t.Run(c.Name, func(t *testing.T) {
+			events, rep, err := history.ReadFile(filepath.Join(c.Dir, "history.jsonl"))
+			if c.Exit == 254 {
+				var le *history.LineError
+				switch {
+				case c.Line > 0 && (!errors.As(err, &le) || le.Line != c.Line || le.Field != c.Field):
+					t.Fatalf("err %v, want line %d field %q", err, c.Line, c.Field)
+				case c.Line == 0 && (err != nil || len(events) != 0):
+					t.Fatalf("%d events, err %v: want a history with nothing to check", len(events), err)
+				}
+				return
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
 			if rep.TornTail {
 				t.Fatalf("corpus file has a torn tail")
 			}
-			var want struct {
-				Valid Verdict `json:"valid"`
+			got := Check(context.Background(), NewInput(events), ForRun(LinearizableOptions{}, 0)...)
+			js, _ := json.MarshalIndent(got, "", "  ")
+			if c.Valid == nil || got.Valid != *c.Valid {
+				t.Fatalf("verdict %v, want %v\n%s", got.Valid, c.Valid, js)
 			}
-			b, err := os.ReadFile(filepath.Join(dir, "expected.json"))
-			if err != nil {
-				t.Fatal(err)
+			if c.Reason != "" && (len(got.Reasons) == 0 || !strings.Contains(got.Reasons[0], c.Reason)) {
+				t.Fatalf("reasons %q, want the first to say %q", got.Reasons, c.Reason)
 			}
-			if err := json.Unmarshal(b, &want); err != nil {
-				t.Fatal(err)
+			if got.Valid != Valid && len(got.Reasons) == 0 {
+				t.Fatalf("verdict %v without a reason", got.Valid)
 			}
-			got := Check(context.Background(), NewInput(events), Default(LinearizableOptions{})...)
-			if got.Valid != want.Valid {
-				js, _ := json.MarshalIndent(got, "", "  ")
-				t.Fatalf("verdict %v, want %v\n%s", got.Valid, want.Valid, js)
-			}
-			sawValid = sawValid || got.Valid == Valid
-			sawInvalid = sawInvalid || got.Valid == Invalid
 		})
 	}
-	if !sawValid || !sawInvalid {
-		t.Fatalf("corpus must hold both valid and invalid histories (valid %v, invalid %v)", sawValid, sawInvalid)
+	if seen[0] == 0 || seen[1] == 0 || seen[2] == 0 || seen[254] == 0 {
+		t.Fatalf("corpus must hold valid, invalid, unknown and malformed histories: %v", seen)
 	}
 }
 

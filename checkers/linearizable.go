@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,11 +27,17 @@ const (
 	// fenced writes that the store rejected are this kind.
 	stepRead
 	// stepBlind: an unknown-outcome write that was observed, but whose read
-	// was never reported; it may overwrite any state.
+	// was never reported. The workload writes what it read plus one, so it
+	// can only have written one more than the state it read: it is legal
+	// only on a state one below the value observed.
 	stepBlind
-	// stepMaybe: an unknown-outcome write nobody observed, kept only with
-	// LinearizableOptions.KeepUnobserved: it may or may not have applied.
+	// stepMaybe: an unknown-outcome write nobody observed, with its read
+	// known: it may or may not have applied.
 	stepMaybe
+	// stepMaybeBlind: an unknown-outcome write nobody observed whose read
+	// is unknown: it may or may not have applied, and if it did it wrote
+	// one more than the state it read.
+	stepMaybeBlind
 )
 
 // modelInput is the Porcupine input of one operation.
@@ -70,6 +77,9 @@ var CounterModel = porcupine.Model{
 		in := input.(modelInput)
 		switch in.kind {
 		case stepBlind:
+			if in.write.Value != s.Value+1 {
+				return false, s
+			}
 			return true, in.write
 		case stepRead:
 			return s == in.read, s
@@ -92,6 +102,10 @@ var CounterModel = porcupine.Model{
 			return fmt.Sprintf("op %d read %d (tag %d)", in.id, in.read.Value, in.read.Tag)
 		case stepBlind:
 			return fmt.Sprintf("op %d wrote %d (read unknown)", in.id, in.write.Value)
+		case stepMaybe:
+			return fmt.Sprintf("op %d may have read %d (tag %d) and written %d", in.id, in.read.Value, in.read.Tag, in.write.Value)
+		case stepMaybeBlind:
+			return fmt.Sprintf("op %d may have written one more than it read", in.id)
 		default:
 			return fmt.Sprintf("op %d read %d (tag %d), wrote %d", in.id, in.read.Value, in.read.Tag, in.write.Value)
 		}
@@ -114,8 +128,9 @@ type LinearizableOptions struct {
 	VisualizeLimit int
 	// KeepUnobserved keeps unknown-outcome writes that no read observed,
 	// as "may or may not have applied" steps of a nondeterministic model,
-	// instead of dropping them. The verdict is the same; the search grows
-	// exponentially with them. It exists to measure what dropping saves.
+	// on every key instead of only on keys with blind writes (see
+	// modelOps). The verdict is the same; the search grows exponentially
+	// with them. It exists to measure what dropping saves.
 	KeepUnobserved bool
 }
 
@@ -147,7 +162,8 @@ type LinearizableDetails struct {
 	Checked int `json:"checked"`
 	// DroppedUnknown counts unknown-outcome writes never observed by a read;
 	// they may be taken as never having happened, so they are left out,
-	// which keeps Porcupine's search small.
+	// which keeps Porcupine's search small (except on keys with blind
+	// writes, where they are kept as steps that may or may not apply).
 	DroppedUnknown int `json:"dropped_unknown"`
 	// KeptUnknown counts unknown-outcome writes that a read observed.
 	KeptUnknown int `json:"kept_unknown"`
@@ -163,14 +179,60 @@ type LinearizableDetails struct {
 	ops []porcupine.Operation
 }
 
-// modelOps converts a paired history into Porcupine operations, dropping
-// (and counting) unknown-outcome writes no read observed, unless
-// keepUnobserved.
+// modelOps converts a paired history into Porcupine operations.
+//
+// An unknown-outcome write that no read of its key observed may be taken as
+// never having happened, and is dropped (and counted), which keeps
+// Porcupine's search small — except on a key with blind writes (observed
+// unknown outcomes whose read is not known): a blind write of v must follow
+// a state of v-1, which an unobserved write may have made, so there every
+// unobserved unknown write stays, as a step that may or may not apply.
+// keepUnobserved keeps them on every key.
 func modelOps(in Input, keepUnobserved bool) (ops []porcupine.Operation, dropped, kept int) {
-	observed := make(map[int64]bool)
+	keyOf := make(map[int64]string, len(in.Ops))
 	for _, op := range in.Ops {
-		if c := op.Complete; c != nil && c.Read != nil {
-			observed[c.Read.Tag] = true
+		if op.Invoke.F == history.FCriticalSection {
+			keyOf[op.Invoke.ID] = op.Invoke.Key
+		}
+	}
+	// observed maps a tag to the value a read of the same key saw.
+	observed := make(map[int64]history.Value)
+	for _, op := range in.Ops {
+		if c := op.Complete; c != nil && c.Read != nil && c.Read.Tag != 0 {
+			if k, ok := keyOf[c.Read.Tag]; ok && k == op.Invoke.Key {
+				if _, seen := observed[c.Read.Tag]; !seen {
+					observed[c.Read.Tag] = *c.Read
+				}
+			}
+		}
+	}
+	// seenBy is when a read of the same key that saw the tag completed (the
+	// earliest such read): the write happened before it.
+	seenBy := make(map[int64]int64)
+	for _, op := range in.Ops {
+		if c := op.Complete; c != nil && c.Read != nil && c.Type != history.Info {
+			if _, ok := observed[c.Read.Tag]; ok && keyOf[c.Read.Tag] == op.Invoke.Key {
+				if t, seen := seenBy[c.Read.Tag]; !seen || c.Time < t {
+					seenBy[c.Read.Tag] = c.Time
+				}
+			}
+		}
+	}
+	// blindUntil is, per key with blind writes, the last moment a blind
+	// write can have happened (its earliest observer's completion, or the
+	// end). An unobserved write can only matter by preceding a blind one
+	// (nothing else reads its tag), so one invoked after that moment is
+	// dropped like any other.
+	blindUntil := map[string]int64{}
+	for _, op := range in.Ops {
+		if op.Invoke.F == history.FCriticalSection && isUnknown(op) && (op.Complete == nil || op.Complete.Read == nil) {
+			if _, ok := observed[op.Invoke.ID]; ok {
+				until, seen := seenBy[op.Invoke.ID]
+				if !seen {
+					until = in.End + 1 // seen only by unknown outcomes
+				}
+				blindUntil[op.Invoke.Key] = max(blindUntil[op.Invoke.Key], until)
+			}
 		}
 	}
 	// Unknown outcomes end after everything else: nothing is observed later.
@@ -189,7 +251,7 @@ func modelOps(in Input, keepUnobserved bool) (ops []porcupine.Operation, dropped
 			case c.Read != nil && c.Write != nil:
 				mi.kind, mi.read, mi.write = stepWrite, *c.Read, *c.Write
 			default:
-				continue
+				continue // refused by the parser; nothing to judge
 			}
 		case history.Fail:
 			ret = c.Time
@@ -201,21 +263,27 @@ func modelOps(in Input, keepUnobserved bool) (ops []porcupine.Operation, dropped
 			if inv.F != history.FCriticalSection {
 				continue
 			}
-			if !observed[inv.ID] {
-				if !keepUnobserved || c == nil || c.Read == nil || c.Write == nil {
+			var read *history.Value
+			if c != nil && c.Read != nil {
+				read = c.Read
+				mi.read, mi.write = *read, history.Value{Value: read.Value + 1, Tag: inv.ID}
+			}
+			if _, ok := observed[inv.ID]; !ok {
+				if until, blind := blindUntil[inv.Key]; !keepUnobserved && (!blind || inv.Time >= until) {
 					dropped++
 					continue
 				}
-				mi.kind, mi.read, mi.write = stepMaybe, *c.Read, *c.Write
+				mi.kind = stepMaybe
+				if read == nil {
+					mi.kind = stepMaybeBlind
+				}
 				break
 			}
 			kept++
-			switch {
-			case c != nil && c.Read != nil && c.Write != nil:
-				mi.kind, mi.read, mi.write = stepWrite, *c.Read, *c.Write
-			default:
-				mi.kind = stepBlind
-				mi.write = observedValue(in, inv.ID)
+			if read != nil {
+				mi.kind = stepWrite
+			} else {
+				mi.kind, mi.write = stepBlind, observed[inv.ID]
 			}
 		}
 		ops = append(ops, porcupine.Operation{
@@ -228,23 +296,27 @@ func modelOps(in Input, keepUnobserved bool) (ops []porcupine.Operation, dropped
 	return ops, dropped, kept
 }
 
-func observedValue(in Input, tag int64) history.Value {
-	for _, op := range in.Ops {
-		if c := op.Complete; c != nil && c.Read != nil && c.Read.Tag == tag {
-			return *c.Read
+// isUnknown reports whether op's outcome is unknown (info, or never
+// completed).
+func isUnknown(op history.Op) bool {
+	o := op.Outcome()
+	return o != history.OK && o != history.Fail
+}
+
+// maybe reports whether ops hold a step that may or may not apply.
+func maybe(ops []porcupine.Operation) bool {
+	for _, op := range ops {
+		if k := op.Input.(modelInput).kind; k == stepMaybe || k == stepMaybeBlind {
+			return true
 		}
 	}
-	return history.Value{Tag: tag}
+	return false
 }
 
 // Check implements [Checker].
 func (l Linearizable) Check(ctx context.Context, in Input) Result {
 	start := time.Now()
 	ops, dropped, kept := modelOps(in, l.opts.KeepUnobserved)
-	model := singleKey
-	if l.opts.KeepUnobserved {
-		model = maybeModel
-	}
 	parts := CounterModel.Partition(ops)
 	det := &LinearizableDetails{Checked: len(ops), DroppedUnknown: dropped, KeptUnknown: kept, Keys: len(parts), ops: ops}
 
@@ -271,6 +343,10 @@ func (l Linearizable) Check(ctx context.Context, in Input) Result {
 				results[i] = porcupine.Unknown
 				return
 			}
+			model := singleKey
+			if maybe(part) {
+				model = maybeModel
+			}
 			results[i] = porcupine.CheckOperationsTimeout(model, part, left)
 		}()
 	}
@@ -293,7 +369,14 @@ func (l Linearizable) Check(ctx context.Context, in Input) Result {
 	sort.Strings(det.IllegalKeys)
 	sort.Strings(det.UnknownKeys)
 	det.Duration = time.Since(start)
-	return Result{Verdict: And(verdicts...), Judges: true, Details: det}
+	r := Result{Verdict: And(verdicts...), Judges: true, Aspect: AspectData, Details: det}
+	switch {
+	case len(det.IllegalKeys) > 0:
+		r.Reason = "not linearizable on " + strings.Join(det.IllegalKeys, ", ")
+	case len(det.UnknownKeys) > 0:
+		r.Reason = "linearizability undecided on " + strings.Join(det.UnknownKeys, ", ") + " (the check ran out of time)"
+	}
+	return r
 }
 
 // singleKey is CounterModel for an already partitioned history.
@@ -303,19 +386,22 @@ var singleKey = func() porcupine.Model {
 	return m
 }()
 
-// maybeModel is singleKey made nondeterministic for stepMaybe: such a step
-// leads both to the unchanged state and, when its read matches, to its
-// write.
+// maybeModel is singleKey made nondeterministic for stepMaybe and
+// stepMaybeBlind: such a step leads both to the unchanged state and, when
+// its read matches (or, read unknown, always), to its write.
 var maybeModel = (&porcupine.NondeterministicModel{
 	Init: func() []any { return []any{history.Value{}} },
 	Step: func(state, input, output any) []any {
 		in := input.(modelInput)
-		if in.kind == stepMaybe {
-			s := state.(history.Value)
+		s, _ := state.(history.Value)
+		switch in.kind {
+		case stepMaybe:
 			if s == in.read {
 				return []any{s, in.write}
 			}
 			return []any{s}
+		case stepMaybeBlind:
+			return []any{s, history.Value{Value: s.Value + 1, Tag: in.id}}
 		}
 		if ok, next := CounterModel.Step(state, input, output); ok {
 			return []any{next}
@@ -344,9 +430,14 @@ func (d *LinearizableDetails) WriteVisualization(w io.Writer, faults []history.E
 	if len(ops) > limit {
 		ops = ops[:limit]
 	}
-	_, info := porcupine.CheckOperationsVerbose(CounterModel, ops, time.Minute)
+	model := CounterModel
+	if maybe(ops) {
+		model = maybeModel
+		model.Partition = CounterModel.Partition
+	}
+	_, info := porcupine.CheckOperationsVerbose(model, ops, time.Minute)
 	info.AddAnnotations(FaultAnnotations(faults))
-	if err := porcupine.Visualize(CounterModel, info, w); err != nil {
+	if err := porcupine.Visualize(model, info, w); err != nil {
 		return fmt.Errorf("visualize: %w", err)
 	}
 	return nil

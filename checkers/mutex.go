@@ -147,8 +147,8 @@ func (m Mutex) Check(_ context.Context, in Input) Result {
 
 // Fencing reports on fencing tokens: late writes (a write sent after a newer
 // holder of the same key was granted the lock), how many of them the store
-// stopped and how many it accepted, and whether tokens rose with grant order.
-// It does not judge the run: the data checkers do.
+// stopped and how many it accepted, and how many grants broke token order
+// (judged by [FenceOrder]). It does not judge the run.
 type Fencing struct{}
 
 // Name implements [Checker].
@@ -164,8 +164,9 @@ type FencingDetails struct {
 	LateRejected int `json:"late_rejected"`
 	// Rejections counts every fenced write refused as stale.
 	Rejections int `json:"rejections"`
-	// NonMonotonic counts grants whose token was not greater than the
-	// previous grant's on the same key.
+	// NonMonotonic counts grants whose token was not greater than an
+	// earlier grant's on the same key (the fence_order checker's
+	// violations, which it judges).
 	NonMonotonic int `json:"non_monotonic_tokens"`
 	// Examples lists the first late writes.
 	Examples []Overlap `json:"examples,omitempty"`
@@ -181,12 +182,8 @@ func (Fencing) Check(_ context.Context, in Input) Result {
 			d.Rejections++
 		}
 	}
+	d.NonMonotonic = len(TokenViolations(in))
 	for _, hs := range byKey {
-		for i := 1; i < len(hs); i++ {
-			if hs[i].Token != 0 && hs[i].Token <= hs[i-1].Token {
-				d.NonMonotonic++
-			}
-		}
 		for _, w := range hs {
 			if w.WriteAt == 0 {
 				continue

@@ -2,14 +2,19 @@ package checkers
 
 import (
 	"context"
+	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/splitbrain/splitbrain/history"
 )
 
 // Summary counts outcomes and compares each key's final read with the
 // increments that were acknowledged: a final value below them means
-// acknowledged increments were lost.
+// acknowledged increments were lost. It also bounds every value read from
+// above: each critical section adds one, so no read of a key can see more
+// than the key's critical sections that may have applied (acknowledged or
+// of unknown outcome), nor less than zero; such a value is impossible.
 type Summary struct{}
 
 // Name implements [Checker].
@@ -25,6 +30,20 @@ type KeySummary struct {
 	Final *int64 `json:"final"`
 	// Lost is Acknowledged+ObservedUnknown-Final when positive.
 	Lost int64 `json:"lost"`
+	// Possible counts the increments that may have applied: acknowledged
+	// plus unknown outcomes; no value read can exceed it.
+	Possible int `json:"possible"`
+}
+
+// ImpossibleRead is a value read that no sequence of the key's increments
+// could have produced.
+type ImpossibleRead struct {
+	Key string `json:"key"`
+	// ID is the operation that read it (a critical section or a read).
+	ID    int64 `json:"id"`
+	Value int64 `json:"value"`
+	// Max is the most the key's increments allow.
+	Max int `json:"max"`
 }
 
 // SummaryDetails is the summary section of results.json.
@@ -42,6 +61,10 @@ type SummaryDetails struct {
 	// MissingFinalReads names keys without a successful final read.
 	MissingFinalReads []string               `json:"missing_final_reads,omitempty"`
 	Keys              map[string]*KeySummary `json:"keys"`
+	// Impossible lists the first values read that exceed what the key's
+	// increments allow (or are negative); ImpossibleCount counts them all.
+	Impossible      []ImpossibleRead `json:"impossible,omitempty"`
+	ImpossibleCount int              `json:"impossible_count,omitempty"`
 }
 
 // Check implements [Checker].
@@ -55,9 +78,14 @@ func (Summary) Check(_ context.Context, in Input) Result {
 		}
 		return ks
 	}
+	// observed holds the tags a read of the same key saw.
+	keyOf := make(map[int64]string, len(in.Ops))
+	for _, op := range in.Ops {
+		keyOf[op.Invoke.ID] = op.Invoke.Key
+	}
 	observed := make(map[int64]bool)
 	for _, op := range in.Ops {
-		if c := op.Complete; c != nil && c.Read != nil {
+		if c := op.Complete; c != nil && c.Read != nil && keyOf[c.Read.Tag] == op.Invoke.Key {
 			observed[c.Read.Tag] = true
 		}
 	}
@@ -79,6 +107,7 @@ func (Summary) Check(_ context.Context, in Input) Result {
 			d.OK++
 			if c.Write != nil {
 				ks.Acknowledged++
+				ks.Possible++
 			}
 		case history.Fail:
 			if inv.F == history.FRead {
@@ -99,8 +128,22 @@ func (Summary) Check(_ context.Context, in Input) Result {
 				kind = c.Error
 			}
 			d.Errors[kind]++
+			ks.Possible++
 			if observed[inv.ID] {
 				ks.ObservedUnknown++
+			}
+		}
+	}
+	for _, op := range in.Ops {
+		c := op.Complete
+		if c == nil || c.Read == nil {
+			continue
+		}
+		ks := key(op.Invoke.Key)
+		if v := c.Read.Value; v < 0 || v > int64(ks.Possible) {
+			d.ImpossibleCount++
+			if len(d.Impossible) < 10 {
+				d.Impossible = append(d.Impossible, ImpossibleRead{Key: op.Invoke.Key, ID: op.Invoke.ID, Value: v, Max: ks.Possible})
 			}
 		}
 	}
@@ -116,11 +159,41 @@ func (Summary) Check(_ context.Context, in Input) Result {
 		}
 	}
 	sort.Strings(d.MissingFinalReads)
+	r := Result{Verdict: verdict, Judges: true, Aspect: AspectData, Details: d}
 	switch {
+	case d.ImpossibleCount > 0:
+		r.Verdict = Invalid
+		ir := d.Impossible[0]
+		if ir.Value < 0 {
+			r.Reason = fmt.Sprintf("%s: op %d read %d, a value no increment gives", ir.Key, ir.ID, ir.Value)
+		} else {
+			r.Reason = fmt.Sprintf("%s: op %d read %d, more than the %d increments that may have applied", ir.Key, ir.ID, ir.Value, ir.Max)
+		}
 	case d.LostUpdates > 0:
-		verdict = Invalid
+		r.Verdict = Invalid
+		var parts []string
+		for _, k := range sortedKeys(d.Keys) {
+			if ks := d.Keys[k]; ks.Lost > 0 {
+				noun := "increments"
+				if ks.Lost == 1 {
+					noun = "increment"
+				}
+				parts = append(parts, fmt.Sprintf("%s: %d acknowledged %s lost (final value %d)", k, ks.Lost, noun, *ks.Final))
+			}
+		}
+		r.Reason = strings.Join(parts, "; ")
 	case len(d.MissingFinalReads) > 0:
-		verdict = Unknown
+		r.Verdict = Unknown
+		r.Reason = "no final read of " + strings.Join(d.MissingFinalReads, ", ")
 	}
-	return Result{Verdict: verdict, Judges: true, Details: d}
+	return r
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }

@@ -32,6 +32,9 @@ type Client struct {
 	// image.
 	Files    []images.File
 	Packages []string
+	// unregistered: the backend's own recipe is not in the registry
+	// (a backend only the caller's Deps.Backends knows).
+	unregistered bool
 }
 
 // External says the client is one the user brings.
@@ -75,7 +78,9 @@ func (c Config) ResolveClient(b targets.Backend) (Client, error) {
 		}
 		r, err := b.RunRecipe()
 		if err != nil {
-			return Client{}, &InputError{Err: err}
+			// A backend resolved by the caller (Deps.Backends) whose
+			// recipe only its agents know: what it offers is unknown here.
+			return Client{Recipe: targets.Recipe{Kind: b.Recipe, Backends: []string{b.Name}}, Role: runtime.RoleClient, unregistered: true}, nil
 		}
 		return Client{Recipe: r, Role: r.ClientRole()}, nil
 	}
@@ -193,6 +198,12 @@ func (cl Client) registerImage() {
 // options it takes (a client the user brings checks its own, at its
 // handshake) and a fenced workload, which needs a client that gives tokens.
 func (c Config) checkClient(b targets.Backend, cl Client) error {
+	if cl.unregistered {
+		if err := b.CheckOptions(c.RecipeOptions); err != nil {
+			return BadInput("--recipe-opt: %v", err)
+		}
+		return nil
+	}
 	if !cl.External() {
 		if err := b.CheckOptionsWith(cl.Recipe, c.RecipeOptions); err != nil {
 			return BadInput("--recipe-opt: %v", err)

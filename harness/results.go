@@ -17,12 +17,18 @@ import (
 // understand and reproduce the run.
 type Results struct {
 	// Valid is true, false or "unknown".
-	Valid    checkers.Verdict `json:"valid"`
-	RunID    string           `json:"run_id"`
-	Target   string           `json:"target"`
-	Workload string           `json:"workload"`
-	Nemesis  string           `json:"nemesis"`
-	Seed     uint64           `json:"seed"`
+	Valid checkers.Verdict `json:"valid"`
+	// Data and Lock are the verdicts on the data and on the lock service's
+	// promises (fence order); Valid composes both.
+	Data checkers.Verdict `json:"data"`
+	Lock checkers.Verdict `json:"lock"`
+	// Reasons say, one line each, why the run is not valid.
+	Reasons  []string `json:"reasons,omitempty"`
+	RunID    string   `json:"run_id"`
+	Target   string   `json:"target"`
+	Workload string   `json:"workload"`
+	Nemesis  string   `json:"nemesis"`
+	Seed     uint64   `json:"seed"`
 	// Config is every option of the run.
 	Config  Config    `json:"options"`
 	Started time.Time `json:"started"`
@@ -33,6 +39,10 @@ type Results struct {
 	// Client is the lock client the agents used: its recipe, library and
 	// version, and what it offers.
 	Client *targets.ClientInfo `json:"client,omitempty"`
+	// TestStart is when the test phase began, on the history's time base
+	// (which starts with the harness, setup included): reports count time
+	// from it.
+	TestStart int64 `json:"test_start_ns"`
 	// Versions are the backend's software versions; Images the image tags.
 	Versions map[string]string `json:"versions,omitempty"`
 	Images   map[string]string `json:"images,omitempty"`
@@ -47,6 +57,9 @@ type Results struct {
 	History history.ReadReport `json:"history"`
 	// Errors lists what went wrong in the harness (not in the target).
 	Errors []string `json:"errors,omitempty"`
+	// Incomplete is why the run did not complete (empty when it did): its
+	// verdict is then at best unknown, on a re-check too.
+	Incomplete string `json:"incomplete,omitempty"`
 }
 
 func (r *Results) write(path string) error {
@@ -104,9 +117,11 @@ type RunMetrics struct {
 	// FencingRejections counts writes the store refused as stale: each is
 	// a late write that fencing stopped.
 	FencingRejections int `json:"fencing_rejections"`
-	// Busy and Unavailable count failed acquisitions by cause.
-	Busy        int `json:"acquire_busy"`
-	Unavailable int `json:"acquire_unavailable"`
+	// Busy and Unavailable count failed acquisitions by cause;
+	// Unclassified those that failed before a grant with neither cause.
+	Busy         int `json:"acquire_busy"`
+	Unavailable  int `json:"acquire_unavailable"`
+	Unclassified int `json:"acquire_unclassified,omitempty"`
 	// OpsPerSecond is completed critical sections per second of test.
 	OpsPerSecond float64 `json:"ops_per_second"`
 }
@@ -143,6 +158,11 @@ func Metrics(in checkers.Input) RunMetrics {
 			m.Busy++
 		case history.ErrLockUnavailable:
 			m.Unavailable++
+		default:
+			// Failed before a grant (no token, no read) with another kind.
+			if c.Type == history.Fail && c.Token == 0 && c.Read == nil && c.Acquired == 0 && !op.Invoke.Bypass {
+				m.Unclassified++
+			}
 		}
 	}
 	m.LockWait, m.Hold = distribution(wait), distribution(hold)

@@ -147,6 +147,8 @@ type Event struct {
 const (
 	PhaseStart = "start"
 	PhaseEnd   = "end"
+	// PhaseError records a fault that could not be injected.
+	PhaseError = "error"
 )
 
 // IsCompletion reports whether e completes an operation.

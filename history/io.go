@@ -10,9 +10,10 @@ import (
 	"sync"
 )
 
-// ErrCorrupt is returned (wrapped) by [Read] when a line other than the last
-// one is not a valid event.
-var ErrCorrupt = errors.New("corrupt history")
+// ErrCorrupt is returned (wrapped, by a [*LineError]) by [Read] when a line
+// other than a torn last one is not a valid event, or the events do not fit
+// together.
+var ErrCorrupt = errors.New("malformed history")
 
 // Writer appends events to a history file. Each event is written with one
 // write(2) of a whole line to a file opened with O_APPEND, so a crash of the
@@ -122,20 +123,4 @@ func ReadFile(path string) ([]Event, ReadReport, error) {
 		return nil, ReadReport{}, fmt.Errorf("open history: %w", err)
 	}
 	return Parse(data)
-}
-
-func validate(e Event) error {
-	switch e.Type {
-	case Invoke, OK, Fail, Info:
-		if e.ID == 0 {
-			return fmt.Errorf("%s event without an id", e.Type)
-		}
-	case Nemesis:
-	default:
-		return fmt.Errorf("unknown event type %q", e.Type)
-	}
-	if e.Time < 0 {
-		return fmt.Errorf("negative time %d", e.Time)
-	}
-	return nil
 }

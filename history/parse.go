@@ -2,8 +2,7 @@ package history
 
 import (
 	"bytes"
-	"encoding/json"
-	"fmt"
+	"errors"
 	"runtime"
 	"strconv"
 	"sync"
@@ -14,8 +13,10 @@ import (
 // parallel by a parser that knows Event's flat shape and interns the few
 // distinct strings (a line it does not expect, such as one with an escape
 // in a string or an unknown field, goes to encoding/json), into one slice.
-// A torn last line is dropped and reported; any other bad line is an error
-// wrapping ErrCorrupt that names the line.
+// A torn last line (one that is not JSON, as a crash mid-write leaves) is
+// dropped and reported; any other bad line, a field an event does not have,
+// and events that do not fit together (see docs/history-format.md) give a
+// [*LineError] wrapping ErrCorrupt that names the line and the field.
 func Parse(data []byte) ([]Event, ReadReport, error) {
 	var rep ReadReport
 	var lines [][]byte
@@ -59,13 +60,14 @@ func Parse(data []byte) ([]Event, ReadReport, error) {
 			p := newEventParser(hi - lo)
 			for i := lo; i < hi; i++ {
 				if !p.parse(lines[i], &events[i]) {
-					events[i] = Event{}
-					if err := json.Unmarshal(bytes.TrimSpace(lines[i]), &events[i]); err != nil {
-						errs[i], syntax[i] = err, true
+					if err, syn := decodeStrict(lines[i], &events[i]); err != nil {
+						errs[i], syntax[i] = err, syn
 						continue
 					}
 				}
-				errs[i] = validate(events[i])
+				if ferr := validate(events[i]); ferr != nil {
+					errs[i] = ferr
+				}
 			}
 		}()
 	}
@@ -79,7 +81,14 @@ func Parse(data []byte) ([]Event, ReadReport, error) {
 			events = events[:i]
 			break
 		}
-		return events[:i], rep, fmt.Errorf("%w: line %d: %v", ErrCorrupt, lineNo[i], err)
+		var fe *fieldError
+		if errors.As(err, &fe) {
+			return events[:i], rep, fe.at(lineNo[i])
+		}
+		return events[:i], rep, &LineError{Line: lineNo[i], Msg: err.Error()}
+	}
+	if err := checkSequence(events, lineNo); err != nil {
+		return nil, rep, err
 	}
 	rep.Events = len(events)
 	return events, rep, nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/nemesis"
 )
 
 // Kind says what sort of anomaly an [Anomaly] is.
@@ -30,6 +31,12 @@ const (
 	// NotLinearizable: the checker found the key illegal but no single late
 	// or stale write explains it.
 	NotLinearizable Kind = "not-linearizable"
+	// FenceOrderBroken: the lock service granted a token not above the token
+	// of a grant known to have come before (the lock broke its promise).
+	FenceOrderBroken Kind = "fence-order"
+	// ImpossibleValue: a read saw a value no sequence of the key's
+	// increments could produce.
+	ImpossibleValue Kind = "impossible-value"
 )
 
 // Roles of the operations of an anomaly (Op.Role).
@@ -174,6 +181,8 @@ type Anomaly struct {
 	Faults []checkers.Window `json:"faults,omitempty"`
 	// Window is the shrunk history that shows the anomaly.
 	Window *Window `json:"window,omitempty"`
+	// At is when the anomaly happened, for anomalies without a late writer.
+	At int64 `json:"at,omitempty"`
 }
 
 // ExplainOptions configure [Explain].
@@ -193,6 +202,9 @@ type ExplainOptions struct {
 	MaxWindowOps int
 	// CheckTimeout bounds each check of a window; zero means 5 s.
 	CheckTimeout time.Duration
+	// Origin is the time the text counts from (a run's test start,
+	// results.json test_start_ns); zero counts from the history's zero.
+	Origin int64
 }
 
 // Explain finds the anomalies of a counter history and explains each in
@@ -217,7 +229,7 @@ func explainInput(ctx context.Context, in checkers.Input, opts ExplainOptions) [
 	if opts.CheckTimeout <= 0 {
 		opts.CheckTimeout = 5 * time.Second
 	}
-	e := &explainer{ctx: ctx, opts: opts, tf: newTimeFmt(in.End), faults: checkers.Windows(in.Faults)}
+	e := &explainer{ctx: ctx, opts: opts, tf: newTimeFmt(in.End, opts.Origin), faults: checkers.Windows(in.Faults)}
 	e.index(in)
 	var out []Anomaly
 	explained := map[string]bool{}
@@ -229,6 +241,17 @@ func explainInput(ctx context.Context, in checkers.Input, opts ExplainOptions) [
 			explained[k] = true
 		}
 		out = append(out, as...)
+	}
+	out = append(out, e.fenceOrder(in)...)
+	for _, a := range e.impossible(in) {
+		explained[a.Key] = true
+		out = append(out, a)
+	}
+	for _, a := range e.blindJumps(in, opts.IllegalKeys) {
+		if !explained[a.Key] {
+			explained[a.Key] = true
+			out = append(out, a)
+		}
 	}
 	for _, k := range opts.IllegalKeys {
 		if !explained[k] {
@@ -245,10 +268,182 @@ func explainInput(ctx context.Context, in checkers.Input, opts ExplainOptions) [
 }
 
 func anomalyTime(a Anomaly) int64 {
-	if a.Late != nil {
+	switch {
+	case a.Late != nil:
 		return a.Late.Invoke
+	case a.At != 0:
+		return a.At
 	}
 	return math.MaxInt64
+}
+
+// fenceOrder explains each key's first grant out of token order, with
+// what it cost.
+func (e *explainer) fenceOrder(in checkers.Input) []Anomaly {
+	r := checkers.FenceOrder{}.Check(e.ctx, in)
+	d, _ := r.Details.(*checkers.FenceOrderDetails)
+	if d == nil || d.Violations == 0 {
+		return nil
+	}
+	var out []Anomaly
+	seen := map[string]bool{}
+	for _, v := range checkers.TokenViolations(in) {
+		if seen[v.Key] {
+			continue
+		}
+		seen[v.Key] = true
+		var cost checkers.FenceCost
+		for _, c := range d.Costs {
+			if c.Key == v.Key {
+				cost = c
+			}
+		}
+		g, p := v.Grant, v.Earlier
+		a := Anomaly{Kind: FenceOrderBroken, Key: v.Key, At: max(g.Known, 1), Title: "The lock broke its promise: " + v.String()}
+		a.Text = fmt.Sprintf("Client %s was granted token %d on %s (it held the lock by %s), after client %s had been granted token %d (held by %s, before %s asked): "+
+			"the lock service's tokens went backwards, which breaks the fencing contract — a store that keeps the highest token refuses the new holders' writes, and one that does not lets two holders write.",
+			g.Client, g.Token, v.Key, e.tf.at(g.Known), p.Client, p.Token, e.tf.at(p.Known), g.Client)
+		if n := cost.Violations; n > 1 {
+			a.Text += fmt.Sprintf(" %s on %s came out of order.", plural(n, "grant"), v.Key)
+		}
+		a.Text += " " + fenceCostWords(cost)
+		a.Faults = e.overlapping(p.Known, g.Known)
+		if fw, _ := e.faultWords("", a.Faults, g.Known); fw != "" {
+			a.Text += " It happened " + fw + "."
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// blindJumps explains, on illegal keys, an unknown-outcome write whose read
+// was not recorded and that a read saw holding v, when no write of the key
+// can have left v-1 for it to read (a write of unknown read could have, so
+// such keys are left to the generic explanation).
+func (e *explainer) blindJumps(in checkers.Input, illegal []string) []Anomaly {
+	bad := map[string]bool{}
+	for _, k := range illegal {
+		bad[k] = true
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	seen := map[int64]history.Value{}
+	seenBy := map[int64]*history.Op{}
+	for i := range in.Ops {
+		op := &in.Ops[i]
+		if c := op.Complete; c != nil && c.Read != nil {
+			if _, ok := seen[c.Read.Tag]; !ok {
+				seen[c.Read.Tag], seenBy[c.Read.Tag] = *c.Read, op
+			}
+		}
+	}
+	// Per key: the values writes left (known, or seen), and how many
+	// writes of unknown value may have applied (each could add one).
+	type keyInfo struct {
+		values    map[int64]bool
+		wildcards int64
+	}
+	keys := map[string]*keyInfo{}
+	var blind []*history.Op
+	for i := range in.Ops {
+		op := &in.Ops[i]
+		k := op.Invoke.Key
+		if op.Invoke.F != history.FCriticalSection || !bad[k] || op.Outcome() == history.Fail {
+			continue
+		}
+		ki := keys[k]
+		if ki == nil {
+			ki = &keyInfo{values: map[int64]bool{0: true}}
+			keys[k] = ki
+		}
+		switch v, ok := seen[op.Invoke.ID]; {
+		case op.Complete != nil && op.Complete.Read != nil:
+			ki.values[op.Complete.Read.Value+1] = true
+		case ok:
+			ki.values[v.Value] = true
+			blind = append(blind, op)
+		default:
+			ki.wildcards++
+		}
+	}
+	var out []Anomaly
+	for _, op := range blind {
+		ki := keys[op.Invoke.Key]
+		v := seen[op.Invoke.ID]
+		reachable := false
+		for u := range ki.values {
+			if u <= v.Value-1 && v.Value-1 <= u+ki.wildcards {
+				reachable = true
+				break
+			}
+		}
+		if reachable {
+			continue
+		}
+		by := seenBy[op.Invoke.ID]
+		who := "Client " + op.Invoke.Client
+		if op.Invoke.Client == "" {
+			who = fmt.Sprintf("Operation %d", op.Invoke.ID)
+		}
+		a := Anomaly{Kind: ImpossibleValue, Key: op.Invoke.Key, At: max(by.Complete.Time, 1),
+			Title: fmt.Sprintf("Impossible value on %s: %d written by a critical section that can only have written one more than it read", op.Invoke.Key, v.Value)}
+		a.Text = fmt.Sprintf("%s's critical section (operation %d), invoked at %s, has an unknown outcome and its read was not recorded; a read at %s saw its write holding %d. "+
+			"It writes what it read plus one, so it must have read %d on %s — but no write on %s left %d. The value was not produced by increments: "+
+			"something else wrote the key, or an increment in between was lost.",
+			who, op.Invoke.ID, e.tf.at(op.Invoke.Time), e.tf.at(by.Complete.Time), v.Value, v.Value-1, op.Invoke.Key, op.Invoke.Key, v.Value-1)
+		out = append(out, a)
+	}
+	return out
+}
+
+// fenceCostWords says what a broken fence order cost a key.
+func fenceCostWords(c checkers.FenceCost) string {
+	s := fmt.Sprintf("From then on the store refused %s on %s", plural(c.Refused, "stale write"), c.Key)
+	if c.ToEnd {
+		return s + fmt.Sprintf(", and %s never had a successful critical section again (%s to the end).", c.Key, dur(roundDur(c.Stall)))
+	}
+	return s + fmt.Sprintf("; %s went %s without a successful critical section.", c.Key, dur(roundDur(c.Stall)))
+}
+
+// impossible explains the values read that no sequence of increments
+// gives.
+func (e *explainer) impossible(in checkers.Input) []Anomaly {
+	r := checkers.Summary{}.Check(e.ctx, in)
+	d, _ := r.Details.(*checkers.SummaryDetails)
+	if d == nil {
+		return nil
+	}
+	var out []Anomaly
+	seen := map[string]bool{}
+	for _, ir := range d.Impossible {
+		if seen[ir.Key] {
+			continue
+		}
+		seen[ir.Key] = true
+		var at int64 = 1
+		who := fmt.Sprintf("Operation %d", ir.ID)
+		for _, op := range in.Ops {
+			if op.Invoke.ID == ir.ID && op.Complete != nil {
+				at = max(op.Complete.Time, 1)
+				if op.Invoke.Client != "" {
+					who = fmt.Sprintf("Client %s (operation %d)", op.Invoke.Client, ir.ID)
+				}
+			}
+		}
+		a := Anomaly{Kind: ImpossibleValue, Key: ir.Key, At: at}
+		if ir.Value < 0 {
+			a.Title = fmt.Sprintf("Impossible value on %s: %d", ir.Key, ir.Value)
+			a.Text = fmt.Sprintf("%s read %d on %s at %s: a counter that starts at 0 and only goes up by one never holds a negative value.", who, ir.Value, ir.Key, e.tf.at(at))
+		} else {
+			a.Title = fmt.Sprintf("Impossible value on %s: %d after at most %s", ir.Key, ir.Value, plural(ir.Max, "increment"))
+			a.Text = fmt.Sprintf("%s read %d on %s at %s, but only %s on %s may have applied (acknowledged, or of unknown outcome): "+
+				"no sequence of increments reaches %d. Something other than the clients' increments wrote the key, or the store returned a value it was never given.",
+				who, ir.Value, ir.Key, e.tf.at(at), plural(ir.Max, "critical section"), ir.Key, ir.Value)
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // explainer holds one history's index.
@@ -521,50 +716,37 @@ func (e *explainer) overlapping(from, to int64) []checkers.Window {
 	return out
 }
 
-// faultWords describes the faults overlapping a client's hold, and when
-// the client itself was resumed (0 if it was not paused).
+// faultWords describes the faults overlapping a client's hold, in the
+// words each fault registered, and when the client itself ran again after
+// a fault that froze it (0 if none did).
 func (e *explainer) faultWords(client string, ws []checkers.Window, before int64) (string, int64) {
 	var parts []string
 	var resumed int64
 	for _, w := range ws {
 		self := slices.Contains(w.Targets, client)
+		who := "the run"
+		if len(w.Targets) > 0 {
+			who = list(w.Targets)
+		}
+		if self {
+			who = "it"
+		}
+		k, known := nemesis.Lookup(w.F)
+		var what string
 		switch {
-		case w.F == "pause" && self:
-			parts = append(parts, "while it was paused "+e.tf.span(w.Start, w.End))
-			if w.Start < before {
-				// The heal is recorded just after the process runs again, so
-				// a write can come first: it resumed by then at the latest.
-				resumed = max(resumed, min(w.End, before))
-			}
-		case w.F == "pause":
-			verb := "was"
-			if len(w.Targets) > 1 {
-				verb = "were"
-			}
-			parts = append(parts, fmt.Sprintf("while %s %s paused %s", list(w.Targets), verb, e.tf.span(w.Start, w.End)))
+		case known && k.Report.Phrase != nil:
+			what = "while " + k.Report.Phrase(who, isAre(w.Targets, self))
 		default:
-			who := "the run"
-			if len(w.Targets) > 0 {
-				who = list(w.Targets)
-			}
-			if self {
-				who = "it"
-			}
-			var what string
-			switch w.F {
-			case "partition":
-				what = "while " + who + " " + isAre(w.Targets, self) + " cut off by a network partition"
-			case "clock":
-				what = "while the clock of " + who + " " + isAre(w.Targets, self) + " skewed"
-			case "kill":
-				what = "while " + who + " " + isAre(w.Targets, self) + " killed and restarted"
-			default:
-				what = "during fault " + w.F + " on " + who
-			}
-			if w.Detail != "" {
-				what += " (" + w.Detail + ")"
-			}
-			parts = append(parts, what+" "+e.tf.span(w.Start, w.End))
+			what = "during fault " + w.F + " on " + who
+		}
+		if w.Detail != "" && (!known || k.Report.QuoteDetail) {
+			what += " (" + w.Detail + ")"
+		}
+		parts = append(parts, what+" "+e.tf.span(w.Start, w.End))
+		if known && k.Report.Freezes && self && w.Start < before {
+			// The heal is recorded just after the process runs again, so
+			// a write can come first: it resumed by then at the latest.
+			resumed = max(resumed, min(w.End, before))
 		}
 	}
 	return strings.Join(parts, "; "), resumed

@@ -7,16 +7,27 @@ import (
 	"time"
 )
 
-// timeFmt formats run times (nanoseconds since the run's start) in one unit
-// chosen for the whole history, so that the times of one explanation read
-// alike: seconds for real runs, smaller units for hand-written histories.
+// timeFmt formats run times (nanoseconds on the history's time base) in one
+// unit chosen for the whole history, so that the times of one explanation
+// read alike: seconds for real runs, smaller units for hand-written
+// histories. Times count from origin: the start of the test phase for a
+// run (its setup, which may take minutes, is shown apart), zero for a
+// history without a run.
 type timeFmt struct {
-	div  float64
-	unit string
+	div    float64
+	unit   string
+	origin int64
 }
 
-// newTimeFmt picks the unit for a history whose last event is at end.
-func newTimeFmt(end int64) timeFmt {
+// newTimeFmt picks the unit for a history whose last event is at end,
+// counting from origin.
+func newTimeFmt(end, origin int64) timeFmt {
+	f := unitFor(end - origin)
+	f.origin = origin
+	return f
+}
+
+func unitFor(end int64) timeFmt {
 	switch {
 	case end >= int64(100*time.Millisecond):
 		return timeFmt{div: 1e9, unit: "s"}
@@ -31,6 +42,7 @@ func newTimeFmt(end int64) timeFmt {
 
 // at formats a point in run time, e.g. "12.30 s".
 func (f timeFmt) at(t int64) string {
+	t -= f.origin
 	if f.div == 1 {
 		return strconv.FormatInt(t, 10) + " ns"
 	}

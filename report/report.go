@@ -74,8 +74,13 @@ func writeReport(root *os.Root) error {
 	if err := renderReport(&buf, root); err != nil {
 		return err
 	}
+	return replaceReport(root, buf.Bytes())
+}
+
+// replaceReport writes b as root's report.html, atomically.
+func replaceReport(root *os.Root, b []byte) error {
 	tmp := fmt.Sprintf(".%s.%d-%d.tmp", ReportFile, os.Getpid(), time.Now().UnixNano())
-	if err := root.WriteFile(tmp, buf.Bytes(), 0o644); err != nil {
+	if err := root.WriteFile(tmp, b, 0o644); err != nil {
 		return fmt.Errorf("write report in %s: %w", root.Name(), err)
 	}
 	if err := root.Rename(tmp, ReportFile); err != nil {
@@ -101,6 +106,27 @@ func renderReport(w io.Writer, root *os.Root) error {
 	case !noHistory:
 		return fmt.Errorf("report of %s: %w", root.Name(), err)
 	}
+	return renderRun(w, root, run, events, noHistory)
+}
+
+// WriteRun renders the report of run and its history's events to
+// dir/report.html: `splitbrain check` writes the report of its re-check
+// beside the history it checked (results.json, if any, is left as the run
+// wrote it).
+func WriteRun(dir string, run *Run, events []history.Event) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("write report: %w", err)
+	}
+	defer root.Close()
+	var buf bytes.Buffer
+	if err := renderRun(&buf, root, run, events, false); err != nil {
+		return err
+	}
+	return replaceReport(root, buf.Bytes())
+}
+
+func renderRun(w io.Writer, root *os.Root, run *Run, events []history.Event, noHistory bool) error {
 	page := buildPage(root, run, checkers.NewInput(events), noHistory)
 	if err := templates.ExecuteTemplate(w, "report", page); err != nil {
 		return fmt.Errorf("render report of %s: %w", root.Name(), err)
@@ -183,6 +209,8 @@ type reportPage struct {
 	Generated    string
 	RenderTook   string
 	HistoryNotes []string
+	// Lines are the lock's and the data's verdicts in plain words.
+	Lines []VerdictLine
 }
 
 func buildPage(root *os.Root, run *Run, in checkers.Input, noHistory bool) *reportPage {
@@ -191,7 +219,7 @@ func buildPage(root *os.Root, run *Run, in checkers.Input, noHistory bool) *repo
 	if len(faults) == 0 && len(in.Faults) > 0 {
 		faults = checkers.Windows(in.Faults)
 	}
-	tf := newTimeFmt(in.End)
+	tf := newTimeFmt(in.End, run.TestStart)
 	p := &reportPage{
 		Title:     fmt.Sprintf("%s · %s · %s — %s", run.Target, run.Workload, run.Nemesis, run.Valid),
 		Run:       run,
@@ -203,8 +231,9 @@ func buildPage(root *os.Root, run *Run, in checkers.Input, noHistory bool) *repo
 	if d := run.Checkers.Linearizable(); d != nil {
 		illegal = d.IllegalKeys
 	}
-	anomalies := explainInput(context.Background(), in, ExplainOptions{LeaseTTL: run.Config.LeaseTTL, IllegalKeys: illegal})
-	p.Headline = headline(run, anomalies)
+	anomalies := explainInput(context.Background(), in, ExplainOptions{LeaseTTL: run.Config.LeaseTTL, IllegalKeys: illegal, Origin: run.TestStart})
+	p.Headline = headline(run, anomalies, "below")
+	p.Lines = verdictLines(run, tf)
 	p.Facts = facts(run, len(faults))
 	late := map[int64]bool{}
 	for i, a := range anomalies {
@@ -276,19 +305,32 @@ func buildPage(root *os.Root, run *Run, in checkers.Input, noHistory bool) *repo
 	return p
 }
 
-func headline(run *Run, as []Anomaly) string {
+func headline(run *Run, as []Anomaly, where string) string {
 	lost := lostUpdates(run)
 	switch run.Valid {
 	case checkers.Valid:
 		s := "No anomaly: every acknowledged increment is in the final values and the history is linearizable."
+		if d := run.Checkers.FenceOrder(); d != nil && d.Grants > 0 {
+			s = "No anomaly: the lock's tokens rose with grant order, every acknowledged increment is in the final values and the history is linearizable."
+		}
 		if m := run.Metrics; m.FencingRejections > 0 {
 			s += fmt.Sprintf(" The store refused %s: fencing stopped each one.", plural(m.FencingRejections, "late write"))
 		}
 		return s
 	case checkers.Invalid:
 		var parts []string
+		if run.Lock == checkers.Invalid {
+			first := "its tokens went backwards"
+			if d := run.Checkers.FenceOrder(); d != nil && len(d.Examples) > 0 {
+				first = d.Examples[0].String()
+			}
+			parts = append(parts, "the lock broke its fencing promise ("+first+")")
+		}
 		if lost > 0 {
 			parts = append(parts, plural(int(lost), "lost update"))
+		}
+		if d := run.Checkers.Summary(); d != nil && d.ImpossibleCount > 0 {
+			parts = append(parts, plural(d.ImpossibleCount, "impossible value")+" read")
 		}
 		if d := run.Checkers.Linearizable(); d != nil && len(d.IllegalKeys) > 0 {
 			parts = append(parts, "not linearizable on "+list(d.IllegalKeys))
@@ -298,7 +340,7 @@ func headline(run *Run, as []Anomaly) string {
 			if len(as) != 1 {
 				n = fmt.Sprintf("%d anomalies", len(as))
 			}
-			parts = append(parts, n+" explained below")
+			parts = append(parts, n+" explained "+where)
 		}
 		if len(parts) == 0 {
 			return "Invalid."
@@ -306,8 +348,10 @@ func headline(run *Run, as []Anomaly) string {
 		s := strings.Join(parts, "; ")
 		return strings.ToUpper(s[:1]) + s[1:] + "."
 	default:
-		s := "Unknown: the checkers could not decide (a timeout, missing final reads or an aborted run) — never a pass."
-		if d := run.Checkers.Summary(); d != nil && len(d.MissingFinalReads) > 0 {
+		s := "Unknown: the checkers could not decide — never a pass."
+		if len(run.Reasons) > 0 {
+			s = "Unknown — never a pass: " + strings.Join(run.Reasons, "; ") + "."
+		} else if d := run.Checkers.Summary(); d != nil && len(d.MissingFinalReads) > 0 {
 			s += " Missing final reads: " + list(d.MissingFinalReads) + "."
 		}
 		return s
@@ -320,6 +364,14 @@ func facts(run *Run, faults int) []kv {
 		{"seed", strconv.FormatUint(run.Seed, 10)},
 		{"started", run.Started.UTC().Format("2006-01-02 15:04:05Z")},
 		{"duration", dur(run.Duration.Round(time.Millisecond))},
+	}
+	if setup, ok := run.Phases["setup"]; ok {
+		// Setup (images, containers) is apart: times on this page count
+		// from the test's start.
+		out = append(out, kv{"setup (before the test; times count from the test's start)", dur(setup.Round(time.Millisecond))})
+	}
+	if test, ok := run.Phases["test"]; ok {
+		out = append(out, kv{"test phase", dur(test.Round(time.Millisecond))})
 	}
 	if d := run.Checkers.Summary(); d != nil {
 		out = append(out, kv{"critical sections", fmt.Sprintf("%d (%d ok, %d fail, %d info)", d.Ops, d.OK, d.Fail, d.Info)},
@@ -402,6 +454,13 @@ func checkerRows(run *Run) ([]checkerRow, []keyRow) {
 		rows = append(rows, checkerRow{"mutex", c["mutex"].Verdict.String(), judges(c["mutex"].Judges),
 			fmt.Sprintf("%d holds, %d overlapping pairs, longest overlap %s", d.Holds, d.Overlaps, dur(d.Longest))})
 	}
+	if d := c.FenceOrder(); d != nil {
+		s := fmt.Sprintf("%d grants with a token, %d out of order", d.Grants, d.Violations)
+		if len(d.Examples) > 0 {
+			s += "; first: " + d.Examples[0].String()
+		}
+		rows = append(rows, checkerRow{"fence_order", c["fence_order"].Verdict.String(), judges(c["fence_order"].Judges), s})
+	}
 	if d := c.Fencing(); d != nil {
 		rows = append(rows, checkerRow{"fencing", c["fencing"].Verdict.String(), judges(c["fencing"].Judges),
 			fmt.Sprintf("%d late writes: %d accepted, %d refused; %d rejections; %d non-monotonic tokens", d.LateWrites, d.LateAccepted, d.LateRejected, d.Rejections, d.NonMonotonic)})
@@ -410,8 +469,15 @@ func checkerRows(run *Run) ([]checkerRow, []keyRow) {
 }
 
 func optionRows(run *Run) []kv {
-	// The options as results.json spells them: one name per field.
+	// The options as results.json spells them: one name per field, the
+	// fields of nested objects (a fault's settings) as "faults.clock.min".
 	b, _ := json.Marshal(run.Config)
+	return jsonRows("", b)
+}
+
+// jsonRows flattens the JSON object b into a row per leaf, keys joined
+// with dots after prefix, in key order; "_ns" fields read as durations.
+func jsonRows(prefix string, b []byte) []kv {
 	var opts map[string]json.RawMessage
 	_ = json.Unmarshal(b, &opts)
 	names := make([]string, 0, len(opts))
@@ -422,6 +488,10 @@ func optionRows(run *Run) []kv {
 	var out []kv
 	for _, k := range names {
 		raw := opts[k]
+		if len(raw) > 0 && raw[0] == '{' {
+			out = append(out, jsonRows(prefix+k+".", raw)...)
+			continue
+		}
 		v := string(raw)
 		if strings.HasSuffix(k, "_ns") {
 			var n int64
@@ -437,7 +507,7 @@ func optionRows(run *Run) []kv {
 				v = s
 			}
 		}
-		out = append(out, kv{k, v})
+		out = append(out, kv{prefix + k, v})
 	}
 	return out
 }

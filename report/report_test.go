@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -23,7 +24,8 @@ func fixture(t testing.TB, dir string, events []history.Event, edit func(map[str
 	rep := checkers.Check(t.Context(), in, checkers.Default(checkers.LinearizableOptions{})...)
 	res := map[string]any{
 		"valid": rep.Valid, "run_id": "120000-abcd", "target": "redis", "workload": "unfenced-counter", "nemesis": "pause", "seed": 42,
-		"options": map[string]any{"target": "redis", "lease_ttl_ns": 300, "time_limit_ns": int64(20 * time.Second), "keys": 1, "pause_targets": "holder=1"},
+		"options": map[string]any{"target": "redis", "lease_ttl_ns": 300, "time_limit_ns": int64(20 * time.Second), "keys": 1,
+			"faults": map[string]any{"pause": map[string]any{"targets": "holder=1"}}},
 		"started": time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC), "duration_ns": int64(3 * time.Second),
 		"phases_ns": map[string]int64{"setup": 1e9, "test": 2e9, "check": 1e6}, "versions": map[string]string{"redis": "7.0.15"},
 		"harness": map[string]string{"go": "go1.26"}, "checkers": rep.Checkers, "faults": checkers.Windows(in.Faults),
@@ -186,4 +188,57 @@ func BenchmarkReportWrite(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// TestTimesCountFromTestStart: a run whose setup took 151 s (a first image
+// build) is drawn and explained from the start of its test phase, and the
+// setup is shown apart.
+func TestTimesCountFromTestStart(t *testing.T) {
+	setup := int64(151 * time.Second)
+	evs := synthHistory(400, 4, 1, 50*time.Millisecond, 100, false, 3)
+	for i := range evs {
+		evs[i].Time += setup
+		for _, p := range []*int64{&evs[i].Acquired, &evs[i].WriteAt, &evs[i].Released} {
+			if *p != 0 {
+				*p += setup
+			}
+		}
+	}
+	dir := fixture(t, t.TempDir(), evs, func(r map[string]any) {
+		r["test_start_ns"] = setup
+		r["phases_ns"] = map[string]int64{"setup": setup, "test": int64(30 * time.Second), "check": 1e6}
+		r["options"].(map[string]any)["lease_ttl_ns"] = int64(2 * time.Second)
+	})
+	var b bytes.Buffer
+	if err := Render(&b, dir); err != nil {
+		t.Fatal(err)
+	}
+	page := b.String()
+	if !strings.Contains(page, "setup (before the test; times count from the test&#39;s start)") || !strings.Contains(page, "151 s") {
+		t.Errorf("setup not shown apart")
+	}
+	if m := regexp.MustCompile(`\b1[5-7][0-9]\.[0-9]+ s\b`).FindString(page); m != "" {
+		t.Errorf("page counts from the harness's start: has %q", m)
+	}
+	ticks := regexp.MustCompile(`class="tick">([0-9.]+) s<`).FindAllStringSubmatch(page, -1)
+	if len(ticks) == 0 {
+		t.Fatalf("no axis labels")
+	}
+	for _, m := range ticks {
+		if v, _ := strconv.ParseFloat(m[1], 64); v > 30 {
+			t.Errorf("axis label %s s: the axis counts from the harness's start", m[1])
+		}
+	}
+	run, err := LoadRun(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	if err := WriteVerdict(&out, run, evs); err != nil {
+		t.Fatal(err)
+	}
+	if m := regexp.MustCompile(`\b1[5-7][0-9]\.[0-9]+ s\b`).FindString(out.String()); m != "" {
+		t.Errorf("explanation counts from the harness's start (%q):\n%s", m, out.String())
+	}
+	t.Log(out.String())
 }

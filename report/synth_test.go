@@ -1,7 +1,9 @@
 package report
 
 import (
+	"cmp"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"time"
 
@@ -44,17 +46,24 @@ func synthHistory(n, clients, keys int, step time.Duration, pauseEvery int, fenc
 		s := &st[k]
 		s.token++
 		tok := s.token
-		inv := history.Event{Time: t, Type: history.Invoke, Process: c, Client: client, ID: id, F: history.FCriticalSection, Key: key, Fenced: fenced}
+		paused := pauseEvery > 0 && i%pauseEvery == pauseEvery-1
+		proc := c
+		if paused {
+			// Its own process, as the workload gives one whose operation
+			// is still in flight while the client goes on.
+			proc = clients + i
+		}
+		inv := history.Event{Time: t, Type: history.Invoke, Process: proc, Client: client, ID: id, F: history.FCriticalSection, Key: key, Fenced: fenced}
 		flush(t)
 		evs = append(evs, inv)
 		read := s.val
 		acq := t + int64(time.Millisecond)
-		if pauseEvery > 0 && i%pauseEvery == pauseEvery-1 {
+		if paused {
 			// This holder is paused for 3 s; 4 others increment meanwhile.
 			evs = append(evs, history.Event{Time: acq + 1000, Type: history.Nemesis, Process: -1, F: "pause", Phase: history.PhaseStart, Targets: []string{client}, Detail: "SIGSTOP"})
 			pending = append(pending, history.Event{Time: acq + int64(3*time.Second), Type: history.Nemesis, Process: -1, F: "pause", Phase: history.PhaseEnd, Targets: []string{client}, Detail: "healed"})
 			wat := acq + int64(3*time.Second) + 1000
-			done := history.Event{Time: wat + int64(time.Millisecond), Type: history.OK, Process: c, Client: client, ID: id, F: history.FCriticalSection, Key: key, Fenced: fenced,
+			done := history.Event{Time: wat + int64(time.Millisecond), Type: history.OK, Process: proc, Client: client, ID: id, F: history.FCriticalSection, Key: key, Fenced: fenced,
 				Token: tok, Read: &read, Write: &history.Value{Value: read.Value + 1, Tag: id}, Acquired: acq, WriteAt: wat, Released: wat + 500}
 			late := done
 			for j := 0; j < 4; j++ {
@@ -95,5 +104,8 @@ func synthHistory(n, clients, keys int, step time.Duration, pauseEvery int, fenc
 		v := st[k].val
 		evs = append(evs, history.Event{Time: t + 1000, Type: history.OK, Process: 0, Client: "c1", ID: id, F: history.FRead, Key: key, Read: &v})
 	}
+	// A history is in time order (the recorder stamps and appends under
+	// one lock).
+	slices.SortStableFunc(evs, func(a, b history.Event) int { return cmp.Compare(a.Time, b.Time) })
 	return evs
 }

@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -38,13 +39,44 @@ type Set struct {
 }
 
 // Entry names a scenario of a set, on some of its targets, optionally with
-// another expected verdict.
+// another expected verdict, and how often each of its cells (scenario ×
+// target × seed) runs.
 type Entry struct {
 	Scenario string `yaml:"name" json:"name"`
 	// Targets restricts the scenario's targets (empty: all of them).
 	Targets []string `yaml:"targets,omitempty" json:"targets,omitempty"`
 	// Valid overrides the expected verdict: true, false or unknown.
 	Valid string `yaml:"valid,omitempty" json:"valid,omitempty"`
+	// Repeat runs each cell this many times with the same seed (a fixed
+	// seed fixes the fault schedule, not the timing); zero means once.
+	Repeat int `yaml:"repeat,omitempty" json:"repeat,omitempty"`
+	// AtLeast states the expectation as a rate: the cell passes when at
+	// least AtLeast of its Repeat runs meet it (zero: all of them).
+	// Prefer an expectation that holds by construction; use a rate only
+	// where the event a scenario is about cannot be forced, with the rate
+	// measured (docs/nightly-rates.md).
+	AtLeast int `yaml:"at_least,omitempty" json:"at_least,omitempty"`
+}
+
+// runs is how often a cell of e runs: override (matrix --repeat) when
+// positive, else e.Repeat, at least once.
+func (e Entry) runs(override int) int {
+	switch {
+	case override > 0:
+		return override
+	case e.Repeat > 0:
+		return e.Repeat
+	}
+	return 1
+}
+
+// need is how many of n runs of a cell of e must pass: e's own rate
+// (AtLeast of Repeat) applied to n, rounded up; all of them without one.
+func (e Entry) need(n int) int {
+	if e.AtLeast <= 0 || e.Repeat <= 0 {
+		return n
+	}
+	return (e.AtLeast*n + e.Repeat - 1) / e.Repeat
 }
 
 // LoadSet reads a set by name (one shipped in the binary: "nightly",
@@ -105,6 +137,14 @@ func (s *Set) validate() error {
 		if _, err := parseVerdict(e.Valid); err != nil {
 			return harness.BadInput("matrix set %s, scenario %s: %v", s.Name, e.Scenario, err)
 		}
+		switch {
+		case e.Repeat < 0 || e.AtLeast < 0:
+			return harness.BadInput("matrix set %s, scenario %s: repeat and at_least must not be negative", s.Name, e.Scenario)
+		case e.AtLeast > 0 && e.Repeat == 0:
+			return harness.BadInput("matrix set %s, scenario %s: at_least %d needs repeat (at least k of repeat N runs)", s.Name, e.Scenario, e.AtLeast)
+		case e.AtLeast > e.Repeat:
+			return harness.BadInput("matrix set %s, scenario %s: at_least %d is more than repeat %d", s.Name, e.Scenario, e.AtLeast, e.Repeat)
+		}
 	}
 	return nil
 }
@@ -125,11 +165,18 @@ func parseVerdict(s string) (*checkers.Verdict, error) {
 
 // Row is one run of a matrix.
 type Row struct {
-	Scenario    string           `json:"scenario"`
-	AntiPattern int              `json:"anti_pattern"`
-	Target      string           `json:"target"`
-	Seed        uint64           `json:"seed"`
-	Verdict     checkers.Verdict `json:"valid"`
+	Scenario    string `json:"scenario"`
+	AntiPattern int    `json:"anti_pattern"`
+	Target      string `json:"target"`
+	Seed        uint64 `json:"seed"`
+	// Rep is the repetition of the cell (1-based).
+	Rep     int              `json:"rep,omitempty"`
+	Verdict checkers.Verdict `json:"valid"`
+	// Lock and Data are the verdicts on the lock's promises and the data;
+	// Reasons say why the verdict is not valid.
+	Lock        checkers.Verdict `json:"lock"`
+	Data        checkers.Verdict `json:"data"`
+	Reasons     []string         `json:"reasons,omitempty"`
 	Expected    Expect           `json:"expected"`
 	Ops         int              `json:"ops"`
 	Faults      int              `json:"faults"`
@@ -166,18 +213,92 @@ type Matrix struct {
 	Started  time.Time     `json:"started"`
 	Duration time.Duration `json:"duration_ns"`
 	Rows     []Row         `json:"rows"`
+	// Cells are the rows grouped by scenario, target and seed, each judged
+	// on its repetitions.
+	Cells []Cell `json:"cells"`
+	// Repeat is matrix --repeat (zero: each entry's own).
+	Repeat int `json:"repeat,omitempty"`
 }
 
-// Failed counts the rows that did not pass.
+// Cell is one scenario on one target with one seed, over its repetitions.
+type Cell struct {
+	Scenario    string `json:"scenario"`
+	AntiPattern int    `json:"anti_pattern"`
+	Target      string `json:"target"`
+	Seed        uint64 `json:"seed"`
+	// Runs ran, Passed met the expectation; Need must have.
+	Runs   int `json:"runs"`
+	Passed int `json:"passed"`
+	Need   int `json:"need"`
+	// Misses counts the ways runs missed the expectation (numbers left
+	// out, so that alike misses count together), and harness errors.
+	Misses map[string]int `json:"misses,omitempty"`
+	Errors int            `json:"errors,omitempty"`
+}
+
+// Pass reports whether enough of the cell's runs met the expectation.
+func (c Cell) Pass() bool { return c.Runs > 0 && c.Passed >= c.Need }
+
+// Rate is the share of runs that met the expectation.
+func (c Cell) Rate() float64 {
+	if c.Runs == 0 {
+		return 0
+	}
+	return float64(c.Passed) / float64(c.Runs)
+}
+
+// Failed counts the cells that did not pass (the rows, for a matrix.json
+// written before cells were).
 func (m *Matrix) Failed() int {
 	n := 0
-	for _, r := range m.Rows {
-		if !r.Pass() {
+	if len(m.Cells) == 0 {
+		for _, r := range m.Rows {
+			if !r.Pass() {
+				n++
+			}
+		}
+		return n
+	}
+	for _, c := range m.Cells {
+		if !c.Pass() {
 			n++
 		}
 	}
 	return n
 }
+
+// cell finds (or adds) the cell of r.
+func (m *Matrix) cell(r Row, need int) *Cell {
+	for i := range m.Cells {
+		if c := &m.Cells[i]; c.Scenario == r.Scenario && c.Target == r.Target && c.Seed == r.Seed {
+			return c
+		}
+	}
+	m.Cells = append(m.Cells, Cell{Scenario: r.Scenario, AntiPattern: r.AntiPattern, Target: r.Target, Seed: r.Seed, Need: need})
+	return &m.Cells[len(m.Cells)-1]
+}
+
+// add records a row and counts it in its cell.
+func (m *Matrix) add(r Row, need int) {
+	m.Rows = append(m.Rows, r)
+	c := m.cell(r, need)
+	c.Runs++
+	if r.Pass() {
+		c.Passed++
+		return
+	}
+	if c.Misses == nil {
+		c.Misses = map[string]int{}
+	}
+	for _, mm := range r.Mismatches {
+		c.Misses[digits.ReplaceAllString(mm, "N")]++
+	}
+	if r.Error != "" {
+		c.Errors++
+	}
+}
+
+var digits = regexp.MustCompile(`[0-9]+(\.[0-9]+)?(ms|s|µs)?`)
 
 // Runner runs scenarios through the harness.
 type Runner struct {
@@ -186,12 +307,15 @@ type Runner struct {
 	ResultsDir string
 	// Progress gets a line per run (nil: none).
 	Progress io.Writer
+	// Repeat, when positive, runs every cell this many times (matrix
+	// --repeat), each entry's rate applied to it.
+	Repeat int
 }
 
 // Run runs every entry of set on each of its targets, seeds and
 // repetitions, in order. It stops early only when ctx is done.
 func (rn *Runner) Run(ctx context.Context, set *Set) *Matrix {
-	m := &Matrix{Set: set, Started: time.Now().UTC()}
+	m := &Matrix{Set: set, Started: time.Now().UTC(), Repeat: rn.Repeat}
 	for _, e := range set.Entries {
 		sc, _ := Lookup(e.Scenario)
 		expect := sc.Expect
@@ -202,21 +326,25 @@ func (rn *Runner) Run(ctx context.Context, set *Set) *Matrix {
 		if len(names) == 0 {
 			names = sc.Targets()
 		}
+		n := e.runs(rn.Repeat)
 		for _, target := range names {
 			for _, seed := range set.Seeds {
 				for rep := range set.Repetitions {
-					if ctx.Err() != nil {
-						m.Duration = time.Since(m.Started)
-						return m
-					}
-					row := rn.one(ctx, set, sc, target, seed+uint64(rep), expect)
-					m.Rows = append(m.Rows, row)
-					if rn.Progress != nil {
-						status := "ok"
-						if !row.Pass() {
-							status = "MISMATCH: " + strings.Join(append(row.Mismatches, row.Error), "; ")
+					for i := range n {
+						if ctx.Err() != nil {
+							m.Duration = time.Since(m.Started)
+							return m
 						}
-						fmt.Fprintf(rn.Progress, "matrix: %-22s %-6s seed %-4d valid=%-8s %s\n", sc.Name, target, row.Seed, row.Verdict, strings.TrimSuffix(status, "; "))
+						row := rn.one(ctx, set, sc, target, seed+uint64(rep), expect)
+						row.Rep = i + 1
+						m.add(row, e.need(n))
+						if rn.Progress != nil {
+							status := "ok"
+							if !row.Pass() {
+								status = "MISMATCH: " + strings.Join(append(row.Mismatches, row.Error), "; ")
+							}
+							fmt.Fprintf(rn.Progress, "matrix: %-22s %-6s seed %-4d run %d/%d valid=%-8s %s\n", sc.Name, target, row.Seed, i+1, n, row.Verdict, strings.TrimSuffix(status, "; "))
+						}
 					}
 				}
 			}
@@ -255,6 +383,7 @@ func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, target string,
 	}
 	res := out.Results
 	row.Dir, row.Verdict, row.Faults, row.CheckTime = out.Dir, res.Valid, len(res.Faults), res.Phases["check"]
+	row.Lock, row.Data, row.Reasons = res.Lock, res.Data, res.Reasons
 	if s := res.Checkers.Summary(); s != nil {
 		row.Ops, row.LostUpdates, row.Rejections = s.Ops, s.LostUpdates, s.Rejections
 	}
@@ -286,8 +415,48 @@ func (m *Matrix) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%v\t%v\t%s\n", r.Scenario, r.AntiPattern, r.Target, r.Seed, r.Verdict,
 			r.Ops, r.Faults, r.LostUpdates, r.Overlaps, r.Early, r.Rejections, r.Stall.Round(100*time.Millisecond), r.CheckTime.Round(time.Millisecond), result)
 	}
-	fmt.Fprintf(tw, "\n%d runs, %d failed, %v\n", len(m.Rows), m.Failed(), m.Duration.Round(time.Second))
+	if len(m.Cells) < len(m.Rows) {
+		fmt.Fprintln(tw, "\nCELL\tTARGET\tSEED\tPASSED\tNEED\tRESULT")
+		for _, c := range m.Cells {
+			result := "pass"
+			if !c.Pass() {
+				result = "FAIL"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%d\t%s\n", c.Scenario, c.Target, c.Seed, c.Passed, c.Runs, c.Need, result)
+		}
+	}
+	fmt.Fprintf(tw, "\n%d runs in %d cells, %d cells failed, %v\n", len(m.Rows), len(m.Cells), m.Failed(), m.Duration.Round(time.Second))
 	return tw.Flush()
+}
+
+// WriteRates writes every cell's pass rate over its repetitions as a
+// Markdown page (matrix --rates), such as docs/nightly-rates.md.
+func (m *Matrix) WriteRates(w io.Writer) error {
+	var b strings.Builder
+	rep := "each entry's own repeat"
+	if m.Repeat > 0 {
+		rep = fmt.Sprintf("--repeat %d", m.Repeat)
+	}
+	fmt.Fprintf(&b, "# Pass rates of the %s matrix\n\n", m.Set.Name)
+	fmt.Fprintf(&b, "Generated by `splitbrain matrix --set %s %s --rates FILE`, started %s. Every cell (scenario × target × seed) "+
+		"ran again with the same seed: a seed fixes the fault schedule, not the timing. A cell passes when its expectation held in "+
+		"the runs it needs (all of them, unless its set entry states a rate with `repeat` and `at_least`). An expectation should hold "+
+		"by construction — the scenario forcing the event it is about; a cell below 100%% needs a scenario that does, or an "+
+		"`at_least` that follows its measured rate.\n\n", m.Set.Name, rep, m.Started.Format(time.RFC3339))
+	fmt.Fprintf(&b, "| scenario | target | seed | runs | passed | rate | needs | misses |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n")
+	for _, c := range m.Cells {
+		var misses []string
+		for _, k := range sortedKeys(c.Misses) {
+			misses = append(misses, fmt.Sprintf("%s (%d)", k, c.Misses[k]))
+		}
+		if c.Errors > 0 {
+			misses = append(misses, fmt.Sprintf("harness error (%d)", c.Errors))
+		}
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %.0f%% | %d of %d | %s |\n", c.Scenario, c.Target, c.Seed, c.Runs, c.Passed, 100*c.Rate(), c.Need, c.Runs, strings.Join(misses, "; "))
+	}
+	fmt.Fprintf(&b, "\n%d runs in %d cells, %s, set %s, time limit %v, started %s.\n", len(m.Rows), len(m.Cells), m.Duration.Round(time.Second), m.Set.Name, m.Set.TimeLimit, m.Started.Format(time.RFC3339))
+	_, err := io.WriteString(w, b.String())
+	return err
 }
 
 // WriteJSON writes matrix.json.
@@ -333,25 +502,43 @@ type junitProblem struct {
 }
 
 // WriteJUnit writes the matrix as JUnit XML: one suite, one test case per
-// run, a failure per unmet expectation and an error per harness error.
+// cell (a scenario on a target with a seed, over its repetitions), a
+// failure when too few of its runs met the expectation and an error when
+// harness errors left it short.
 func (m *Matrix) WriteJUnit(path string) error {
 	suite := junitSuite{Name: "splitbrain." + m.Set.Name, Time: m.Duration.Seconds()}
-	for _, r := range m.Rows {
-		c := junitCase{
-			Name:      fmt.Sprintf("%s/%s/seed-%d", r.Scenario, r.Target, r.Seed),
-			Classname: "splitbrain." + r.Target,
-			Time:      r.Duration.Seconds(),
-			SystemOut: fmt.Sprintf("valid=%s ops=%d faults=%d lost=%d overlaps=%d early=%d rejections=%d results=%s", r.Verdict, r.Ops, r.Faults, r.LostUpdates, r.Overlaps, r.Early, r.Rejections, r.Dir),
+	for _, c := range m.Cells {
+		var rows []Row
+		for _, r := range m.Rows {
+			if r.Scenario == c.Scenario && r.Target == c.Target && r.Seed == c.Seed {
+				rows = append(rows, r)
+			}
 		}
-		if len(r.Mismatches) > 0 {
-			c.Failure = &junitProblem{Message: strings.Join(r.Mismatches, "; "), Type: "expectation", Text: strings.Join(r.Mismatches, "\n")}
-			suite.Failures++
+		jc := junitCase{Name: fmt.Sprintf("%s/%s/seed-%d", c.Scenario, c.Target, c.Seed), Classname: "splitbrain." + c.Target}
+		var out, misses, errs []string
+		for _, r := range rows {
+			jc.Time += r.Duration.Seconds()
+			out = append(out, fmt.Sprintf("run %d: valid=%s ops=%d faults=%d lost=%d overlaps=%d early=%d rejections=%d results=%s", r.Rep, r.Verdict, r.Ops, r.Faults, r.LostUpdates, r.Overlaps, r.Early, r.Rejections, r.Dir))
+			misses = append(misses, r.Mismatches...)
+			if r.Error != "" {
+				errs = append(errs, r.Error)
+			}
 		}
-		if r.Error != "" {
-			c.Error = &junitProblem{Message: r.Error, Type: "harness", Text: r.Error}
-			suite.Errors++
+		jc.SystemOut = strings.Join(out, "\n")
+		if !c.Pass() {
+			prefix := ""
+			if c.Runs > 1 {
+				prefix = fmt.Sprintf("%d of %d runs met the expectation, %d needed: ", c.Passed, c.Runs, c.Need)
+			}
+			if len(misses) > 0 {
+				jc.Failure = &junitProblem{Message: prefix + strings.Join(misses, "; "), Type: "expectation", Text: strings.Join(misses, "\n")}
+				suite.Failures++
+			} else {
+				jc.Error = &junitProblem{Message: prefix + strings.Join(errs, "; "), Type: "harness", Text: strings.Join(errs, "\n")}
+				suite.Errors++
+			}
 		}
-		suite.Cases = append(suite.Cases, c)
+		suite.Cases = append(suite.Cases, jc)
 		suite.Tests++
 	}
 	b, err := xml.MarshalIndent(junitSuites{Suites: []junitSuite{suite}}, "", "  ")

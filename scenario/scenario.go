@@ -9,12 +9,15 @@ package scenario
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
+	"github.com/splitbrain/splitbrain/nemesis"
+	"github.com/splitbrain/splitbrain/nemesis/clock"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
@@ -43,6 +46,11 @@ type Scenario struct {
 type Expect struct {
 	// Valid is the verdict expected, when set.
 	Valid *checkers.Verdict `json:"valid,omitempty"`
+	// Lock and Data are the verdicts expected of the lock service's
+	// promises (fence order) and of the data, when set: a single Redis
+	// restarted without persistence breaks the first and keeps the second.
+	Lock *checkers.Verdict `json:"lock,omitempty"`
+	Data *checkers.Verdict `json:"data,omitempty"`
 	// MinLostUpdates, MinOverlaps, MinEarlyOverlaps, MinRejections and
 	// MinLateRejected are lower bounds on the checkers' counts.
 	MinLostUpdates   int64 `json:"min_lost_updates,omitempty"`
@@ -56,15 +64,27 @@ type Expect struct {
 	// a key that never recovered.
 	MinStall   time.Duration `json:"min_stall_ns,omitempty"`
 	StallToEnd bool          `json:"stall_to_end,omitempty"`
-	// Recovers requires every key to have made progress again (no stall
-	// to the end) with no stall longer than MaxStall (when set).
+	// Availability: Recovers requires every key to have made progress
+	// again (no stall to the end); MaxStall bounds every key's longest
+	// stall (no successful critical section while clients kept trying), so
+	// that "safe but stuck for a minute" fails the scenario.
 	Recovers bool          `json:"recovers,omitempty"`
 	MaxStall time.Duration `json:"max_stall_ns,omitempty"`
 	// MinBusy and MinUnavailable bound the failed acquisitions by cause
-	// from below.
-	MinBusy        int `json:"min_busy,omitempty"`
-	MinUnavailable int `json:"min_unavailable,omitempty"`
+	// from below, MaxBusy and MaxUnavailable from above (nil: not
+	// checked), so that a busy lock and an unreachable service are told
+	// apart: e.g. no acquisition may fail unavailable while the service is
+	// never cut off.
+	MinBusy        int  `json:"min_busy,omitempty"`
+	MinUnavailable int  `json:"min_unavailable,omitempty"`
+	MaxBusy        *int `json:"max_busy,omitempty"`
+	MaxUnavailable *int `json:"max_unavailable,omitempty"`
+	// Classified requires every failed acquisition to say busy or
+	// unavailable (none left as an unknown outcome or another error).
+	Classified bool `json:"classified,omitempty"`
 }
+
+func count(n int) *int { return &n }
 
 func verdict(v checkers.Verdict) *checkers.Verdict { return &v }
 
@@ -73,7 +93,17 @@ func (e Expect) Mismatches(r *harness.Results) []string {
 	var out []string
 	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	if e.Valid != nil && r.Valid != *e.Valid {
-		bad("verdict %s, expected %s", r.Valid, *e.Valid)
+		why := ""
+		if len(r.Reasons) > 0 {
+			why = " (" + r.Reasons[0] + ")"
+		}
+		bad("verdict %s, expected %s%s", r.Valid, *e.Valid, why)
+	}
+	if e.Lock != nil && r.Lock != *e.Lock {
+		bad("lock verdict %s (fence order), expected %s", r.Lock, *e.Lock)
+	}
+	if e.Data != nil && r.Data != *e.Data {
+		bad("data verdict %s, expected %s", r.Data, *e.Data)
 	}
 	s := r.Checkers.Summary()
 	m := r.Checkers.Mutex()
@@ -109,8 +139,12 @@ func (e Expect) Mismatches(r *harness.Results) []string {
 	if e.Recovers && len(l.Stalled) > 0 {
 		bad("keys %v never recovered", l.Stalled)
 	}
-	if e.MaxStall > 0 && l.Longest.Duration > e.MaxStall {
-		bad("longest stall %v, expected at most %v", l.Longest.Duration.Round(time.Millisecond), e.MaxStall)
+	if e.MaxStall > 0 {
+		for _, k := range sortedKeys(l.PerKey) {
+			if st := l.PerKey[k]; st.Duration > e.MaxStall {
+				bad("%s stalled %v (no successful critical section while clients kept trying), expected at most %v", k, st.Duration.Round(time.Millisecond), e.MaxStall)
+			}
+		}
 	}
 	if r.Metrics.Busy < e.MinBusy {
 		bad("%d acquisitions failed busy, expected at least %d", r.Metrics.Busy, e.MinBusy)
@@ -118,6 +152,24 @@ func (e Expect) Mismatches(r *harness.Results) []string {
 	if r.Metrics.Unavailable < e.MinUnavailable {
 		bad("%d acquisitions failed unavailable, expected at least %d", r.Metrics.Unavailable, e.MinUnavailable)
 	}
+	if e.MaxBusy != nil && r.Metrics.Busy > *e.MaxBusy {
+		bad("%d acquisitions failed busy, expected at most %d", r.Metrics.Busy, *e.MaxBusy)
+	}
+	if e.MaxUnavailable != nil && r.Metrics.Unavailable > *e.MaxUnavailable {
+		bad("%d acquisitions failed unavailable, expected at most %d", r.Metrics.Unavailable, *e.MaxUnavailable)
+	}
+	if e.Classified && r.Metrics.Unclassified > 0 {
+		bad("%d acquisitions failed neither busy nor unavailable", r.Metrics.Unclassified)
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
 	return out
 }
 
@@ -142,6 +194,17 @@ var (
 		return err == nil && !r.Renews
 	}}
 )
+
+// Fencing: the backend's client gives fencing tokens (scenarios that run
+// the fenced counter need one; a client without is refused).
+var Fencing = Need{"a client that gives fencing tokens", func(b targets.Backend) bool {
+	r, err := b.RunRecipe()
+	return err == nil && r.Fencing
+}}
+
+// ForgetsOnKill: a lock service that, killed and restarted in its default
+// configuration, forgets its locks and the fencing tokens it gave.
+var ForgetsOnKill = Need{"a lock service that forgets its tokens when killed", func(b targets.Backend) bool { return !b.Durable }}
 
 // RecipeOption needs the run's recipe to accept --recipe-opt name=value
 // (an anti-pattern switch).
@@ -179,47 +242,62 @@ func (s Scenario) needs() string {
 	return strings.Join(out, " and ")
 }
 
+// holders weighs the holder group alone: every fault hits a lock holder.
+func holders() nemesis.Weights { return nemesis.Weights{nemesis.GroupHolder: 1} }
+
 // Catalogue returns every scenario.
 func Catalogue() []Scenario {
 	return []Scenario{
 		{
-			Name: "correct-pattern", AntiPattern: 0,
+			Name: "correct-pattern", AntiPattern: 0, Needs: []Need{Fencing},
 			Title: "lease + owner-checked release + fencing keeps the data correct under pauses, partitions and kills",
 			Apply: func(c *harness.Config, b targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys = "fenced-counter", "pause,partition,kill", 2
-				if !b.Durable {
+				switch {
+				case b.Durable:
+				case len(b.DurableWith) > 0:
+					// Killed, it would forget its locks and tokens
+					// (single-node-restart); run it in the configuration
+					// that keeps both (a Redis with its append-only file
+					// fsynced on every write: docs/redis-persistence.md).
+					c.RecipeOptions = maps.Clone(b.DurableWith)
+				default:
 					// A backend that forgets its locks and tokens when
-					// killed (a single node without persistence):
-					// anti-pattern 7's business, not this one's.
+					// killed: anti-pattern 7's business, not this one's.
 					c.Nemesis = "pause,partition"
 				}
 			},
-			Expect: Expect{Valid: verdict(checkers.Valid), NoEarlyOverlaps: true},
+			// Safe, and never stuck: a key may wait out a fault (at most
+			// 2×TTL+1 s) and a lease, not much more.
+			Expect: Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid), NoEarlyOverlaps: true, MaxStall: 15 * time.Second},
 		},
 		{
-			Name: "holder-lost-recovery", AntiPattern: 0,
+			Name: "holder-lost-recovery", AntiPattern: 0, Needs: []Need{Fencing},
 			Title: "a killed holder's lease expires on the service's side and the lock is granted again",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.KillTargets, c.Keys, c.Concurrency = "fenced-counter", "kill", "holder=1", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), Recovers: true, MaxStall: 8 * time.Second, NoEarlyOverlaps: true},
 		},
 		{
-			Name: "no-expiry-deadlock", AntiPattern: 1, Needs: []Need{RecipeOption("expiry", "none")},
+			Name: "no-expiry-deadlock", AntiPattern: 1, Needs: []Need{RecipeOption("expiry", "none"), Fencing},
 			Title: "a lock without expiry whose holder is killed deadlocks everyone",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.KillTargets, c.Keys, c.Concurrency = "fenced-counter", "kill", "holder=1", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
 				c.RecipeOptions = map[string]string{"expiry": "none"}
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
 			},
 			Expect: Expect{StallToEnd: true, MinStall: 5 * time.Second},
 		},
 		{
-			Name: "long-ttl-unavailable", AntiPattern: 2, Needs: []Need{FixedTTL},
+			Name: "long-ttl-unavailable", AntiPattern: 2, Needs: []Need{FixedTTL, Fencing},
 			Title: "a huge TTL keeps the lock unavailable for a whole TTL after its holder is lost",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.KillTargets, c.Keys, c.Concurrency = "fenced-counter", "kill", "holder=1", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
 				c.LeaseTTL, c.AcquireTimeout = 10*time.Second, 2*time.Second
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
 				c.NemesisInterval = 4 * time.Second
@@ -232,7 +310,8 @@ func Catalogue() []Scenario {
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys = "unfenced-counter", "clock", 1
 				c.RecipeOptions = map[string]string{"expiry": "client"}
-				c.ClockTargets, c.ClockModes, c.ClockDirection = "client=1", "bump", "forward"
+				cs := nemesis.SpecOf[*clock.Spec](c.Faults)
+				cs.Targets, cs.Modes, cs.Direction = nemesis.Weights{nemesis.GroupClient: 1}, nemesis.List{clock.ModeBump}, clock.DirForward
 			},
 			Expect: Expect{MinEarlyOverlaps: 1},
 		},
@@ -240,7 +319,8 @@ func Catalogue() []Scenario {
 			Name: "unchecked-release", AntiPattern: 4, Needs: []Need{RecipeOption("release", "unchecked")},
 			Title: "a release without an ownership check deletes someone else's lock",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.PauseTargets, c.Keys, c.Concurrency = "unfenced-counter", "pause", "holder=1", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "pause", 1, 4
+				nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = holders()
 				c.RecipeOptions = map[string]string{"release": "unchecked"}
 			},
 			Expect: Expect{MinEarlyOverlaps: 1},
@@ -249,13 +329,14 @@ func Catalogue() []Scenario {
 			Name: "unfenced-late-write", AntiPattern: 5,
 			Title: "an expiring lock alone lets a paused holder write late and lose increments",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.PauseTargets, c.Keys, c.Concurrency = "unfenced-counter", "pause", "holder=1", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "pause", 1, 4
+				nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = holders()
 				c.Work, c.NemesisInterval = 300*time.Millisecond, 2*time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
 		{
-			Name: "bypass-writer", AntiPattern: 6, Needs: []Need{SingleNode},
+			Name: "bypass-writer", AntiPattern: 6, Needs: []Need{SingleNode, Fencing},
 			Title: "a writer that skips the token beside fenced clients loses updates despite fencing",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency, c.Bypass = "fenced-counter", "none", 1, 4, "c1"
@@ -263,28 +344,47 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
 		{
-			Name: "single-node-away", AntiPattern: 7, Needs: []Need{SingleNode},
+			Name: "single-node-away", AntiPattern: 7, Needs: []Need{SingleNode, Fencing},
 			Title: "a single-node lock backend partitioned away stops every client",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Partitions, c.Keys = "fenced-counter", "partition", "locks-away", 2
+				c.Workload, c.Nemesis, c.Keys = "fenced-counter", "partition", 2
+				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoLocksAway}
 				c.AcquireTimeout = time.Second
 			},
-			Expect: Expect{Valid: verdict(checkers.Valid), MinUnavailable: 3, MinStall: 2 * time.Second},
+			Expect: Expect{Valid: verdict(checkers.Valid), MinUnavailable: 3, MinStall: 2 * time.Second, MaxStall: 15 * time.Second, Classified: true},
 		},
 		{
-			Name: "busy-vs-unavailable", AntiPattern: 8, Needs: []Need{SeveralMembers},
+			Name: "single-node-restart", AntiPattern: 7, Needs: []Need{SingleNode, ForgetsOnKill, Fencing},
+			Title: "a single lock node killed and restarted without persistence hands out its fencing tokens again from 1",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = nemesis.Weights{nemesis.GroupNode: 1}
+			},
+			// The lock breaks its promise (tokens go backwards); the store
+			// refuses the low tokens, so the data stays correct, at the cost
+			// of refused writes and a stall.
+			Expect: Expect{Valid: verdict(checkers.Invalid), Lock: verdict(checkers.Invalid), Data: verdict(checkers.Valid), MinRejections: 1},
+		},
+		{
+			Name: "busy-vs-unavailable", AntiPattern: 8, Needs: []Need{SeveralMembers, Fencing},
 			Title: "a busy lock and an unreachable lock service are told apart and counted separately",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Partitions, c.Keys, c.Concurrency = "fenced-counter", "partition", "clients-from-locks", 1, 5
-				c.AcquireTimeout = time.Second
+				// Eight clients on one key, each holding it 300 ms: the
+				// queue is longer than the 1 s acquire timeout, so busy
+				// failures happen outside the partitions by construction;
+				// clients cut off from the lock service fail unavailable.
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "partition", 1, 8
+				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
+				c.AcquireTimeout, c.Work = time.Second, 300*time.Millisecond
 			},
-			Expect: Expect{Valid: verdict(checkers.Valid), MinBusy: 1, MinUnavailable: 1},
+			Expect: Expect{Valid: verdict(checkers.Valid), MinBusy: 1, MinUnavailable: 1, Classified: true, MaxStall: 15 * time.Second},
 		},
 		{
-			Name: "late-writer-drill", AntiPattern: 0,
+			Name: "late-writer-drill", AntiPattern: 0, Needs: []Need{Fencing},
 			Title: "partition a slow holder from the lock service, heal, and watch fencing stop its late write",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Partitions, c.Keys, c.Concurrency = "fenced-counter", "partition", "clients-from-locks", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "partition", 1, 4
+				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
 				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), MinLateRejected: 1},
@@ -323,6 +423,7 @@ func (s Scenario) ConfigFor(b targets.Backend, base harness.Config) (harness.Con
 	}
 	c := base
 	c.Target = b.Name
+	c.Faults = base.Faults.Clone() // Apply changes c's settings, not base's
 	s.Apply(&c, b)
 	return c, nil
 }

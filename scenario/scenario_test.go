@@ -60,9 +60,10 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		"long-ttl-unavailable": "redis",
 		"client-clock-expiry":  "redis",
 		"unchecked-release":    "redis",
-		"unfenced-late-write":  all,
+		"unfenced-late-write":  all + ",redlock",
 		"bypass-writer":        "redis",
 		"single-node-away":     "redis",
+		"single-node-restart":  "redis",
 		"busy-vs-unavailable":  "etcd,lockd",
 		"late-writer-drill":    all,
 	}
@@ -71,11 +72,13 @@ func TestTargetsFromDeclarations(t *testing.T) {
 			t.Errorf("%s applies to %q, want %q", s.Name, got, want[s.Name])
 		}
 	}
-	for target, nemesis := range map[string]string{"redis": "pause,partition", "etcd": "pause,partition,kill", "lockd": "pause,partition,kill"} {
+	// Redis is killed too, in the configuration that keeps its tokens
+	// (DurableWith).
+	for target, persistence := range map[string]string{"redis": "aof-always", "etcd": "", "lockd": ""} {
 		s, _ := Lookup("correct-pattern")
 		c, err := s.Config(target, harness.DefaultConfig())
-		if err != nil || c.Nemesis != nemesis {
-			t.Errorf("correct-pattern on %s: nemesis %q (%v), want %q", target, c.Nemesis, err, nemesis)
+		if err != nil || c.Nemesis != "pause,partition,kill" || c.RecipeOptions["persistence"] != persistence {
+			t.Errorf("correct-pattern on %s: nemesis %q, options %v (%v), want kills with persistence %q", target, c.Nemesis, c.RecipeOptions, err, persistence)
 		}
 	}
 	s, _ := Lookup("busy-vs-unavailable")
@@ -87,13 +90,15 @@ func TestTargetsFromDeclarations(t *testing.T) {
 func TestLoadSetRefusesBadSets(t *testing.T) {
 	dir := t.TempDir()
 	tests := map[string]string{
-		"unknown scenario": "name: x\ntime_limit: 10s\nscenarios: [{name: nope}]\n",
-		"wrong target":     "name: x\ntime_limit: 10s\nscenarios: [{name: bypass-writer, targets: [etcd]}]\n",
-		"bad verdict":      "name: x\ntime_limit: 10s\nscenarios: [{name: bypass-writer, valid: maybe}]\n",
-		"no time limit":    "name: x\nscenarios: [{name: bypass-writer}]\n",
-		"unknown field":    "name: x\ntime_limit: 10s\nscenaros: []\n",
-		"no scenarios":     "name: x\ntime_limit: 10s\n",
-		"not yaml":         "{{{",
+		"unknown scenario":  "name: x\ntime_limit: 10s\nscenarios: [{name: nope}]\n",
+		"wrong target":      "name: x\ntime_limit: 10s\nscenarios: [{name: bypass-writer, targets: [etcd]}]\n",
+		"bad verdict":       "name: x\ntime_limit: 10s\nscenarios: [{name: bypass-writer, valid: maybe}]\n",
+		"no time limit":     "name: x\nscenarios: [{name: bypass-writer}]\n",
+		"unknown field":     "name: x\ntime_limit: 10s\nscenaros: []\n",
+		"no scenarios":      "name: x\ntime_limit: 10s\n",
+		"at_least alone":    "name: x\ntime_limit: 10s\nscenarios: [{name: bypass-writer, at_least: 2}]\n",
+		"at_least > repeat": "name: x\ntime_limit: 10s\nscenarios: [{name: bypass-writer, repeat: 2, at_least: 3}]\n",
+		"not yaml":          "{{{",
 	}
 	for name, body := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -115,12 +120,23 @@ func results(valid checkers.Verdict, lost int64, early int, stalled []string, lo
 	return &harness.Results{
 		Valid: valid,
 		Checkers: map[string]checkers.Result{
-			"summary":  {Details: &checkers.SummaryDetails{LostUpdates: lost}},
-			"mutex":    {Details: &checkers.MutexDetails{EarlyOverlaps: early, Overlaps: early}},
-			"fencing":  {Details: &checkers.FencingDetails{}},
-			"liveness": {Details: &checkers.LivenessDetails{Stalled: stalled, Longest: checkers.Stall{Duration: longest}}},
+			"summary": {Details: &checkers.SummaryDetails{LostUpdates: lost}},
+			"mutex":   {Details: &checkers.MutexDetails{EarlyOverlaps: early, Overlaps: early}},
+			"fencing": {Details: &checkers.FencingDetails{}},
+			"liveness": {Details: &checkers.LivenessDetails{Stalled: stalled, Longest: checkers.Stall{Key: "k0", Duration: longest},
+				PerKey: map[string]checkers.Stall{"k0": {Key: "k0", Duration: longest}}}},
 		},
 	}
+}
+
+func withLock(r *harness.Results, lock checkers.Verdict) *harness.Results {
+	r.Lock, r.Data = lock, checkers.Valid
+	return r
+}
+
+func withMetrics(r *harness.Results, m harness.RunMetrics) *harness.Results {
+	r.Metrics = m
+	return r
 }
 
 func TestMismatches(t *testing.T) {
@@ -136,6 +152,10 @@ func TestMismatches(t *testing.T) {
 		{"stall expected", Expect{StallToEnd: true, MinStall: 5 * time.Second}, results(checkers.Valid, 0, 0, nil, time.Second), 2},
 		{"recovery expected", Expect{Recovers: true, MaxStall: 4 * time.Second}, results(checkers.Valid, 0, 0, []string{"k0"}, 9*time.Second), 2},
 		{"unknown is not valid", Expect{Valid: verdict(checkers.Valid)}, results(checkers.Unknown, 0, 0, nil, 0), 1},
+		{"stuck for a minute is a finding", Expect{Valid: verdict(checkers.Valid), MaxStall: 15 * time.Second}, results(checkers.Valid, 0, 0, nil, time.Minute), 1},
+		{"lock broke its promise", Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid)}, withLock(results(checkers.Invalid, 0, 0, nil, 0), checkers.Invalid), 2},
+		{"token reset expected", Expect{Lock: verdict(checkers.Invalid), Data: verdict(checkers.Valid)}, withLock(results(checkers.Invalid, 0, 0, nil, 0), checkers.Invalid), 0},
+		{"busy and unavailable bounded", Expect{MaxUnavailable: count(0), MaxBusy: count(1), Classified: true}, withMetrics(results(checkers.Valid, 0, 0, nil, 0), harness.RunMetrics{Busy: 2, Unavailable: 1, Unclassified: 3}), 3},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -150,11 +170,14 @@ func TestMismatches(t *testing.T) {
 }
 
 func TestJUnit(t *testing.T) {
-	m := &Matrix{Set: &Set{Name: "t"}, Rows: []Row{
+	m := &Matrix{Set: &Set{Name: "t"}}
+	for _, r := range []Row{
 		{Scenario: "a", Target: "redis", Seed: 1, Verdict: checkers.Invalid},
 		{Scenario: "b", Target: "etcd", Seed: 1, Verdict: checkers.Valid, Mismatches: []string{"verdict valid, expected invalid"}},
 		{Scenario: "c", Target: "lockd", Seed: 1, Error: "images: boom <&>"},
-	}}
+	} {
+		m.add(r, 1)
+	}
 	path := filepath.Join(t.TempDir(), "junit.xml")
 	if err := m.WriteJUnit(path); err != nil {
 		t.Fatal(err)
@@ -192,5 +215,51 @@ print(len(cases), fails, errs)`
 	out, err := exec.Command(py, "-c", script, path).CombinedOutput()
 	if err != nil || strings.TrimSpace(string(out)) != "3 1 1" {
 		t.Fatalf("junitparser: %s %v", out, err)
+	}
+}
+
+// TestCellsAtLeast: a cell's expectation holds in at least k of its N runs;
+// --repeat applies the entry's rate to its own N.
+func TestCellsAtLeast(t *testing.T) {
+	miss := Row{Scenario: "s", Target: "etcd", Seed: 1, Mismatches: []string{"0 acquisitions failed busy, expected at least 1"}}
+	ok := Row{Scenario: "s", Target: "etcd", Seed: 1}
+	tests := []struct {
+		name string
+		e    Entry
+		over int
+		rows []Row
+		pass bool
+		need int
+	}{
+		{"all must pass", Entry{}, 3, []Row{ok, miss, ok}, false, 3},
+		{"2 of 3", Entry{Repeat: 3, AtLeast: 2}, 0, []Row{ok, miss, ok}, true, 2},
+		{"1 of 3 is short", Entry{Repeat: 3, AtLeast: 2}, 0, []Row{miss, miss, ok}, false, 2},
+		{"rate scaled to --repeat", Entry{Repeat: 10, AtLeast: 9}, 20, nil, false, 18},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n := tt.e.runs(tt.over)
+			need := tt.e.need(n)
+			if need != tt.need {
+				t.Fatalf("need %d of %d, want %d", need, n, tt.need)
+			}
+			if tt.rows == nil {
+				return
+			}
+			m := &Matrix{Set: &Set{Name: "t"}}
+			for _, r := range tt.rows {
+				m.add(r, need)
+			}
+			if len(m.Cells) != 1 || m.Cells[0].Pass() != tt.pass || (m.Failed() == 0) != tt.pass {
+				t.Fatalf("cells %+v, want pass %v", m.Cells, tt.pass)
+			}
+			if !tt.pass && m.Cells[0].Misses["N acquisitions failed busy, expected at least N"] == 0 {
+				t.Fatalf("misses not counted alike: %v", m.Cells[0].Misses)
+			}
+			var b strings.Builder
+			if err := m.WriteRates(&b); err != nil || !strings.Contains(b.String(), "| s | etcd | 1 | 3 |") {
+				t.Fatalf("rates: %v\n%s", err, b.String())
+			}
+		})
 	}
 }

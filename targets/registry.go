@@ -38,6 +38,11 @@ type Backend struct {
 	// tokens (its state is on disk); a backend that forgets them is not
 	// killed by the scenarios that test the correct pattern.
 	Durable bool
+	// DurableWith, for a backend that is not Durable by default, are the
+	// --recipe-opt settings under which it is (Redis with its append-only
+	// file fsynced on every write); the scenarios that test the correct
+	// pattern under kills run it so.
+	DurableWith map[string]string
 	// Recipe is the kind of the lock recipe its clusters hand to clients
 	// (RecipeConfig.Kind), registered with [RegisterRecipe].
 	Recipe string

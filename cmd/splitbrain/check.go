@@ -1,90 +1,61 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
-	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/report"
 )
 
 func newCheckCmd(_ *globalFlags) *cobra.Command {
 	var (
-		timeout time.Duration
-		asJSON  bool
+		timeout  time.Duration
+		asJSON   bool
+		noReport bool
 	)
 	cmd := &cobra.Command{
 		Use:   "check DIR|HISTORY",
-		Short: "Re-check a stored history offline (a run directory or a history.jsonl)",
-		Args:  exactArgs(1),
+		Short: "Re-check a stored history offline (a run directory or a history.jsonl) and write report.html beside it",
+		Long: "Re-check a stored history through the same checks a run ends with, print the verdict and the first anomaly\n" +
+			"in plain words, and write report.html beside the history. A history from another tool can be checked too:\n" +
+			"docs/history-format.md describes the format. Exit 0 valid, 1 invalid, 2 unknown (never a pass: e.g. nothing\n" +
+			"was tested), 254 a missing, empty or malformed history (the line and the field are named).",
+		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			path := args[0]
-			if st, err := os.Stat(path); err == nil && st.IsDir() {
-				path = filepath.Join(path, "history.jsonl")
+			res, events, err := harness.Recheck(cmd.Context(), args[0], timeout)
+			if err != nil {
+				return err
 			}
-			ttl := leaseTTL(filepath.Join(filepath.Dir(path), "results.json"))
-			events, rep, err := history.ReadFile(path)
-			switch {
-			case errors.Is(err, os.ErrNotExist):
-				return harness.BadInput("no history at %s (give a run directory or a history.jsonl)", path)
-			case errors.Is(err, history.ErrCorrupt):
-				return harness.BadInput("%s: %v (the file is damaged beyond its last line)", path, err)
-			case err != nil:
-				return harness.BadInput("%s: %v", path, err)
+			if res.History.TornTail {
+				fmt.Fprintf(cmd.ErrOrStderr(), "splitbrain: %s: dropped a torn last line (%d bytes), as after a crash\n", args[0], res.History.TornBytes)
 			}
-			if rep.TornTail {
-				fmt.Fprintf(cmd.ErrOrStderr(), "splitbrain: %s: dropped a torn last line (%d bytes), as after a crash\n", path, rep.TornBytes)
-			}
-			in := checkers.NewInput(events)
-			report := checkers.Check(context.Background(), in, checkers.ForRun(checkers.LinearizableOptions{Timeout: timeout}, ttl)...)
+			dir := filepath.Dir(harness.HistoryPath(args[0]))
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")
-				if err := enc.Encode(struct {
-					checkers.Report
-					History history.ReadReport `json:"history"`
-				}{report, rep}); err != nil {
+				if err := enc.Encode(res); err != nil {
 					return err
 				}
-			} else {
-				w := cmd.OutOrStdout()
-				fmt.Fprintf(w, "valid: %s (%d events)\n", report.Valid, rep.Events)
-				for _, name := range []string{"linearizable", "summary", "mutex", "fencing", "liveness"} {
-					r := report.Checkers[name]
-					b, _ := json.Marshal(r.Details)
-					fmt.Fprintf(w, "%s: %s %s\n", name, r.Verdict, b)
+			} else if err := report.WriteVerdict(cmd.OutOrStdout(), res, events); err != nil {
+				return err
+			}
+			if !noReport {
+				if err := report.WriteRun(dir, res, events); err != nil {
+					fmt.Fprintf(cmd.ErrOrStderr(), "splitbrain: report.html not written: %v\n", err)
+				} else if !asJSON {
+					fmt.Fprintf(cmd.OutOrStdout(), "report: %s\n", filepath.Join(dir, report.ReportFile))
 				}
 			}
-			return &exitError{code: verdictCode(report.Valid)}
+			return &exitError{code: verdictCode(res.Valid)}
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "bound on the linearizability check (past it: unknown)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the full report as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the re-check's results (as results.json has them) instead of words")
+	cmd.Flags().BoolVar(&noReport, "no-report", false, "do not write report.html beside the history")
 	return cmd
-}
-
-// leaseTTL reads the lease TTL from a run's results.json, zero when there
-// is none (the early-overlap count then stays unknown).
-func leaseTTL(path string) time.Duration {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0
-	}
-	var r struct {
-		Options struct {
-			LeaseTTL time.Duration `json:"lease_ttl_ns"`
-		} `json:"options"`
-	}
-	if json.Unmarshal(b, &r) != nil {
-		return 0
-	}
-	return r.Options.LeaseTTL
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -27,7 +28,7 @@ func TestBadInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	corrupt := filepath.Join(dir, "corrupt.jsonl")
-	if err := os.WriteFile(corrupt, []byte("{\"t\":1,\"type\":\"invoke\",\"id\":1,\"f\":\"cs\"}\nnot json\n{}\n"), 0o644); err != nil {
+	if err := os.WriteFile(corrupt, []byte("{\"t\":1,\"type\":\"invoke\",\"id\":1,\"f\":\"cs\",\"key\":\"k0\"}\nnot json\n{}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	res := filepath.Join(dir, "results")
@@ -46,6 +47,9 @@ func TestBadInput(t *testing.T) {
 		{"results under a file", []string{"run", "--results", filepath.Join(file, "x")}, "results directory"},
 		{"bad recipe option", []string{"run", "--recipe-opt", "novalue", "--results", res}, "key=value"},
 		{"impossible partition", []string{"run", "--target", "redis", "--nemesis", "partition", "--partitions", "majority", "--results", res}, "needs at least 3 lock nodes"},
+		{"malformed weights", []string{"run", "--pause-targets", "holder=x", "--results", res}, "--pause-targets"},
+		{"unknown target group", []string{"run", "--kill-targets", "store=1", "--results", res}, "--kill-targets: unknown target group"},
+		{"unknown clock mode", []string{"run", "--clock-modes", "wobble", "--results", res}, "--clock-modes"},
 		{"bad control channel", []string{"run", "--control", "pigeon", "--results", res}, "--control"},
 		{"bad log level", []string{"run", "--log-level", "loud", "--results", res}, "--log-level"},
 		{"check without args", []string{"check"}, "accepts 1 arg"},
@@ -69,22 +73,74 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
+// TestCheckCorpus replays every corpus case through `splitbrain check`:
+// its exit code, and for bad input one line naming the line and the field.
 func TestCheckCorpus(t *testing.T) {
-	tests := []struct {
-		dir  string
-		code int
-	}{
-		{"sequential-valid", exitValid},
-		{"lost-update-invalid", exitInvalid},
-		{"final-read-missing-unknown", exitUnknown},
+	paths, err := filepath.Glob(filepath.Join("..", "..", "checkers", "testdata", "*", "expected.json"))
+	if err != nil || len(paths) < 30 {
+		t.Fatalf("corpus: %d cases, %v", len(paths), err)
 	}
-	for _, tt := range tests {
-		t.Run(tt.dir, func(t *testing.T) {
-			code, out, stderr := run(t, "check", filepath.Join("..", "..", "checkers", "testdata", tt.dir))
-			if code != tt.code {
-				t.Fatalf("exit %d, want %d\n%s%s", code, tt.code, out, stderr)
+	for _, p := range paths {
+		var want struct {
+			Valid  any    `json:"valid"`
+			Exit   int    `json:"exit"`
+			Reason string `json:"reason"`
+			Kind   string `json:"kind"`
+			Line   int    `json:"line"`
+			Field  string `json:"field"`
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(b, &want); err != nil {
+			t.Fatal(err)
+		}
+		t.Run(filepath.Base(filepath.Dir(p)), func(t *testing.T) {
+			code, out, stderr := run(t, "check", "--no-report", filepath.Dir(p))
+			if code != want.Exit {
+				t.Fatalf("exit %d, want %d\n%s%s", code, want.Exit, out, stderr)
+			}
+			switch {
+			case want.Exit == exitBadInput:
+				if strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, want.Reason) ||
+					(want.Line > 0 && !strings.Contains(stderr, fmt.Sprintf("line %d, field %q", want.Line, want.Field)) && !strings.Contains(stderr, fmt.Sprintf("line %d:", want.Line))) {
+					t.Fatalf("stderr %q: want one line naming line %d field %q (%q)", stderr, want.Line, want.Field, want.Reason)
+				}
+			case want.Exit != exitValid:
+				if !strings.Contains(out, want.Reason) {
+					t.Fatalf("output lacks the reason %q:\n%s", want.Reason, out)
+				}
+				if want.Kind != "" && !strings.Contains(out, "first anomaly") {
+					t.Fatalf("output lacks the first anomaly:\n%s", out)
+				}
 			}
 		})
+	}
+}
+
+// TestCheckWritesReport: check writes report.html beside the history it
+// checked, from the re-check.
+func TestCheckWritesReport(t *testing.T) {
+	src, err := os.ReadFile(filepath.Join("..", "..", "checkers", "testdata", "fence-token-reset-invalid", "history.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "my-client.jsonl")
+	if err := os.WriteFile(path, src, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := run(t, "check", path)
+	if code != exitInvalid || !strings.Contains(out, "k0: token 1 granted after token 8") || !strings.Contains(out, "report: ") {
+		t.Fatalf("exit %d\n%s%s", code, out, stderr)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "report.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "token 1 granted after token 8") {
+		t.Fatalf("report.html does not say the lock broke its promise")
 	}
 }
 

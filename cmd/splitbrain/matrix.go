@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/report"
 	"github.com/splitbrain/splitbrain/scenario"
@@ -57,18 +59,37 @@ func describe(e scenario.Expect) string {
 	add(e.Recovers, "recovers")
 	add(e.MinBusy > 0, "busy counted")
 	add(e.MinUnavailable > 0, "unavailable counted")
+	add(e.Lock != nil, "lock="+verdictOf(e.Lock))
+	add(e.Data != nil, "data="+verdictOf(e.Data))
+	add(e.MaxStall > 0, fmt.Sprintf("stall ≤ %v per key", e.MaxStall))
+	add(e.MaxUnavailable != nil && *e.MaxUnavailable == 0, "never unavailable")
+	add(e.Classified, "failures classified")
 	return strings.Join(parts, ", ")
+}
+
+func verdictOf(v *checkers.Verdict) string {
+	if v == nil {
+		return ""
+	}
+	return v.String()
 }
 
 type matrixFlags struct {
 	results string
 	junit   string
 	timeout time.Duration
+	repeat  int
+	rates   string
 }
 
 func (m *matrixFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&m.results, "results", "results", "directory for the runs and matrix.json")
 	cmd.Flags().StringVar(&m.junit, "junit", "", "also write the outcomes as JUnit XML to this file")
+}
+
+func (m *matrixFlags) bindRepeat(cmd *cobra.Command) {
+	cmd.Flags().IntVar(&m.repeat, "repeat", 0, "run every cell (scenario × target × seed) this many times, same seed; a cell passes when its expectation holds in enough runs (a set's \"at_least k of repeat N\", scaled; all of them without one)")
+	cmd.Flags().StringVar(&m.rates, "rates", "", "write each cell's pass rate over its runs as a Markdown table to this file (e.g. docs/nightly-rates.md)")
 }
 
 // runMatrix runs set through the harness on Docker and writes its outputs.
@@ -86,7 +107,7 @@ func runMatrix(cmd *cobra.Command, g *globalFlags, set *scenario.Set, mf *matrix
 	defer closeDeps()
 	deps.Hard = hard
 	deps.Report = report.Write
-	rn := &scenario.Runner{Deps: deps, ResultsDir: mf.results, Progress: cmd.ErrOrStderr()}
+	rn := &scenario.Runner{Deps: deps, ResultsDir: mf.results, Progress: cmd.ErrOrStderr(), Repeat: mf.repeat}
 	m := rn.Run(soft, set)
 	if err := m.WriteTable(cmd.OutOrStdout()); err != nil {
 		return m, err
@@ -101,16 +122,36 @@ func runMatrix(cmd *cobra.Command, g *globalFlags, set *scenario.Set, mf *matrix
 			return m, err
 		}
 	}
+	if mf.rates != "" {
+		var b strings.Builder
+		if err := m.WriteRates(&b); err != nil {
+			return m, err
+		}
+		if err := os.WriteFile(mf.rates, []byte(b.String()), 0o644); err != nil {
+			return m, fmt.Errorf("write rates: %w", err)
+		}
+		fmt.Fprintf(cmd.OutOrStdout(), "rates: %s\n", mf.rates)
+	}
 	return m, nil
 }
 
 // mismatchError is the one line a failing matrix ends with.
 func mismatchError(m *scenario.Matrix) error {
-	for _, r := range m.Rows {
-		if !r.Pass() {
+	for _, c := range m.Cells {
+		if c.Pass() {
+			continue
+		}
+		for _, r := range m.Rows {
+			if r.Scenario != c.Scenario || r.Target != c.Target || r.Seed != c.Seed || r.Pass() {
+				continue
+			}
 			why := strings.Join(append(append([]string{}, r.Mismatches...), r.Error), "; ")
-			return &exitError{code: exitInvalid, err: fmt.Errorf("%w: %d of %d; first: %s on %s (seed %d): %s",
-				scenario.ErrMismatch, m.Failed(), len(m.Rows), r.Scenario, r.Target, r.Seed, strings.TrimSuffix(why, "; "))}
+			short := ""
+			if c.Runs > 1 {
+				short = fmt.Sprintf(" (%d of %d runs passed, %d needed)", c.Passed, c.Runs, c.Need)
+			}
+			return &exitError{code: exitInvalid, err: fmt.Errorf("%w: %d of %d cells; first: %s on %s (seed %d)%s: %s",
+				scenario.ErrMismatch, m.Failed(), len(m.Cells), r.Scenario, r.Target, r.Seed, short, strings.TrimSuffix(why, "; "))}
 		}
 	}
 	return nil
@@ -125,12 +166,16 @@ func newMatrixCmd(g *globalFlags) *cobra.Command {
 		Use:   "matrix",
 		Short: "Run a set of scenarios with fixed seeds; fail when any outcome differs from its expectation",
 		Example: "  splitbrain matrix --set nightly --junit results/junit.xml\n" +
-			"  splitbrain matrix --set ./my-set.yaml",
+			"  splitbrain matrix --set ./my-set.yaml\n" +
+			"  splitbrain matrix --set nightly --repeat 20 --rates docs/nightly-rates.md",
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			set, err := scenario.LoadSet(setName)
 			if err != nil {
 				return err
+			}
+			if mf.repeat < 0 {
+				return &usageError{fmt.Errorf("--repeat %d: want 1 or more", mf.repeat)}
 			}
 			m, err := runMatrix(cmd, g, set, &mf)
 			if err != nil {
@@ -141,6 +186,7 @@ func newMatrixCmd(g *globalFlags) *cobra.Command {
 	}
 	cmd.Flags().StringVar(&setName, "set", "nightly", "a shipped set (nightly, smoke) or a YAML file")
 	mf.bind(cmd)
+	mf.bindRepeat(cmd)
 	return cmd
 }
 

@@ -16,8 +16,21 @@
 //	                   client whose clock runs ahead steals live locks
 //	release=unchecked  DEL without the owner check: deletes others' locks
 //
+// and one option sets up the server itself:
+//
+//	persistence=none        the default: no RDB, no AOF. A killed Redis
+//	                        comes back empty: its locks are gone and its
+//	                        INCR token counters start again at 1, so the
+//	                        tokens it grants go backwards (fence order
+//	                        broken; see docs/redis-persistence.md)
+//	persistence=aof-always  append-only file fsynced before every reply
+//	                        (appendfsync always): a grant and its token
+//	                        survive a SIGKILL
+//	persistence=aof-everysec the AOF fsynced once a second: a kill can lose
+//	                        the last second's grants and tokens
+//
 // The server always runs with the clock shim preloaded
-// (clock.PreloadCommand), so that the clock nemesis can skew Redis's own
+// (clockskew.PreloadCommand), so that the clock nemesis can skew Redis's own
 // clock, by which it expires keys; without a control file the shim adds
 // nothing.
 package redis
@@ -36,7 +49,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/splitbrain/splitbrain/nemesis/clock"
+	"github.com/splitbrain/splitbrain/internal/clockskew"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
 )
@@ -55,18 +68,42 @@ var _ targets.Target = Target{}
 // Command is the Redis server's command line: no persistence, reachable on
 // the run's network.
 func Command() []string {
-	return []string{"redis-server", "--port", strconv.Itoa(Port), "--bind", "0.0.0.0",
-		"--protected-mode", "no", "--save", "", "--appendonly", "no", "--loglevel", "notice"}
+	c, _ := CommandFor("")
+	return c
+}
+
+// DataDir is where a Redis with persistence keeps its append-only file (the
+// Debian package's directory; kept across a restart of the node).
+const DataDir = "/var/lib/redis"
+
+// CommandFor is the Redis server's command line with persistence (see the
+// package comment: "", "none", "aof-always", "aof-everysec").
+func CommandFor(persistence string) ([]string, error) {
+	c := []string{"redis-server", "--port", strconv.Itoa(Port), "--bind", "0.0.0.0",
+		"--protected-mode", "no", "--save", "", "--loglevel", "notice"}
+	switch persistence {
+	case "", "none":
+		return append(c, "--appendonly", "no"), nil
+	case "aof-always":
+		return append(c, "--appendonly", "yes", "--appendfsync", "always", "--dir", DataDir), nil
+	case "aof-everysec":
+		return append(c, "--appendonly", "yes", "--appendfsync", "everysec", "--dir", DataDir), nil
+	}
+	return nil, fmt.Errorf("redis: persistence=%q: want none, aof-always or aof-everysec", persistence)
 }
 
 // Start implements targets.Target. Redis runs with the clock shim preloaded
 // and needs no extra capability to be skewed (opts.ExtraCaps is ignored).
 func (Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
+	cmd, err := CommandFor(opts.RecipeOptions["persistence"])
+	if err != nil {
+		return nil, err
+	}
 	if _, err := rt.Reserve("n1"); err != nil {
 		return nil, fmt.Errorf("reserve redis address: %w", err)
 	}
 	n, err := rt.Start(ctx, runtime.NodeSpec{
-		Name: "n1", Role: Role, Image: opts.Images[Role], Cmd: clock.PreloadCommand(Command()...),
+		Name: "n1", Role: Role, Image: opts.Images[Role], Cmd: clockskew.PreloadCommand(cmd...),
 		Caps: []string{runtime.CapNetAdmin},
 	})
 	if err != nil {
@@ -299,5 +336,12 @@ func (s *lease) Release(ctx context.Context) error {
 // run several Redis nodes use it).
 func WaitReady(ctx context.Context, n runtime.Node) error { return waitReady(ctx, n) }
 
-// NodeCommand is a Redis node's main process: Command under the clock shim.
-func NodeCommand() []string { return clock.PreloadCommand(Command()...) }
+// NodeCommand is a Redis node's main process with persistence (as
+// CommandFor) under the clock shim.
+func NodeCommand(persistence string) ([]string, error) {
+	c, err := CommandFor(persistence)
+	if err != nil {
+		return nil, err
+	}
+	return clockskew.PreloadCommand(c...), nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -256,6 +257,31 @@ func TestParseTime(t *testing.T) {
 		got, err := parseTime([]byte(tt.out))
 		if (err == nil) != tt.ok || !got.Equal(tt.want) {
 			t.Errorf("parseTime(%q) = %v, %v; want %v ok=%v", tt.out, got, err, tt.want, tt.ok)
+		}
+	}
+}
+
+func TestCommandFor(t *testing.T) {
+	for _, tt := range []struct {
+		persistence string
+		want        []string
+		bad         bool
+	}{
+		{"", []string{"--appendonly no"}, false},
+		{"none", []string{"--appendonly no"}, false},
+		{"aof-always", []string{"--appendonly yes", "--appendfsync always", "--dir " + DataDir}, false},
+		{"aof-everysec", []string{"--appendonly yes", "--appendfsync everysec"}, false},
+		{"rdb", nil, true},
+	} {
+		c, err := CommandFor(tt.persistence)
+		if (err != nil) != tt.bad {
+			t.Fatalf("%q: err %v", tt.persistence, err)
+		}
+		line := strings.Join(c, " ")
+		for _, w := range tt.want {
+			if !strings.Contains(line, w) {
+				t.Errorf("%q: %q lacks %q", tt.persistence, line, w)
+			}
 		}
 	}
 }

@@ -1,0 +1,213 @@
+package checkers
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/splitbrain/splitbrain/history"
+)
+
+// FenceOrder judges the lock service's fencing promise: on each key, every
+// grant's token is strictly greater than the token of every grant known to
+// have come before it. A lock service that hands out a token not above an
+// earlier one (a single Redis restarted without persistence starts its
+// INCR counter again) has broken the contract fencing rests on, whatever
+// the data shows: a store that keeps the highest token then refuses every
+// write of the new holders (the key stalls), and a store that does not
+// accepts two holders with the same token. So a broken fence order makes the
+// run invalid; its verdict is the lock's, reported beside the data's.
+//
+// Which grants are earlier: a grant is known to precede another when the
+// first one's holder had it (its acquired mark, or without one its
+// completion) before the second operation was invoked. Grants that
+// overlap in real time may have been made in either order and are not
+// compared. Only grants with a token count: failed acquisitions have none,
+// and an unknown-outcome operation without a token may or may not have
+// been granted. A grant with the same token as an earlier grant to the
+// same client is that client's own lock again (etcd hands a session's key
+// back while it still exists), not a new grant; two grants to different
+// clients with the same token break the promise whatever their order.
+type FenceOrder struct{}
+
+// Name implements [Checker].
+func (FenceOrder) Name() string { return "fence_order" }
+
+// Grant is a lock grant with its token, as the history shows it.
+type Grant struct {
+	ID     int64  `json:"id"`
+	Client string `json:"client"`
+	Key    string `json:"key"`
+	Token  uint64 `json:"token"`
+	// Invoke is when the operation was invoked (the grant came after);
+	// Known when the holder had the lock (its acquired mark, or its
+	// completion).
+	Invoke int64 `json:"invoke"`
+	Known  int64 `json:"known"`
+}
+
+// TokenViolation is a grant whose token is not above an earlier grant's.
+type TokenViolation struct {
+	Key     string `json:"key"`
+	Grant   Grant  `json:"grant"`
+	Earlier Grant  `json:"earlier"`
+}
+
+// String is "k0: token 1 granted after token 8".
+func (v TokenViolation) String() string {
+	return fmt.Sprintf("%s: token %d granted after token %d", v.Key, v.Grant.Token, v.Earlier.Token)
+}
+
+// FenceCost is what a key's broken fence order cost.
+type FenceCost struct {
+	Key string `json:"key"`
+	// Violations counts the key's grants out of order.
+	Violations int `json:"violations"`
+	// From is the first out-of-order grant (its known time).
+	From int64 `json:"from"`
+	// Refused counts fenced writes (and reads) the store refused as stale
+	// from then on.
+	Refused int `json:"refused"`
+	// Stall is how long the key went without a successful critical section
+	// from then on; ToEnd says it never had one again.
+	Stall time.Duration `json:"stall_ns"`
+	ToEnd bool          `json:"to_end,omitempty"`
+}
+
+// FenceOrderDetails is the fence_order section of results.json.
+type FenceOrderDetails struct {
+	// Grants counts grants with a token.
+	Grants int `json:"grants"`
+	// Violations counts grants whose token was not above an earlier one.
+	Violations int `json:"violations"`
+	// Examples are the first violations, in time order.
+	Examples []TokenViolation `json:"examples,omitempty"`
+	// Costs are per key with a violation, in key order.
+	Costs []FenceCost `json:"costs,omitempty"`
+}
+
+// Grants extracts every grant with a token, by key, in invocation order.
+func Grants(in Input) map[string][]Grant {
+	out := map[string][]Grant{}
+	for _, op := range in.Ops {
+		c := op.Complete
+		if op.Invoke.F != history.FCriticalSection || c == nil || c.Token == 0 {
+			continue
+		}
+		known := c.Acquired
+		if known == 0 {
+			known = c.Time
+		}
+		client := op.Invoke.Client
+		if client == "" {
+			client = "process " + strconv.Itoa(op.Invoke.Process)
+		}
+		out[op.Invoke.Key] = append(out[op.Invoke.Key], Grant{
+			ID: op.Invoke.ID, Client: client, Key: op.Invoke.Key, Token: c.Token, Invoke: op.Invoke.Time, Known: known,
+		})
+	}
+	return out
+}
+
+// TokenViolations returns every grant whose token is not above the token
+// of a grant known to precede it (see [FenceOrder]), in time order.
+func TokenViolations(in Input) []TokenViolation {
+	var out []TokenViolation
+	flagged := map[int64]bool{}
+	for key, gs := range Grants(in) {
+		byKnown := slices.Clone(gs)
+		slices.SortStableFunc(byKnown, func(a, b Grant) int { return cmp.Compare(a.Known, b.Known) })
+		slices.SortStableFunc(gs, func(a, b Grant) int { return cmp.Compare(a.Invoke, b.Invoke) })
+		var (
+			best *Grant // the highest token among the grants known so far
+			j    int
+		)
+		for _, g := range gs {
+			for ; j < len(byKnown) && byKnown[j].Known < g.Invoke; j++ {
+				if best == nil || byKnown[j].Token > best.Token {
+					best = &byKnown[j]
+				}
+			}
+			if best == nil || best.ID == g.ID {
+				continue
+			}
+			if g.Token < best.Token || (g.Token == best.Token && g.Client != best.Client) {
+				out = append(out, TokenViolation{Key: key, Grant: g, Earlier: *best})
+				flagged[g.ID] = true
+			}
+		}
+		// Two grants to different clients never share a token, whatever
+		// their order: whichever came first, the other's must be greater.
+		first := map[uint64]*Grant{}
+		for i := range byKnown {
+			g := &byKnown[i]
+			f, ok := first[g.Token]
+			switch {
+			case !ok:
+				first[g.Token] = g
+			case f.Client != g.Client && !flagged[g.ID]:
+				out = append(out, TokenViolation{Key: key, Grant: *g, Earlier: *f})
+				flagged[g.ID] = true
+			}
+		}
+	}
+	slices.SortStableFunc(out, func(a, b TokenViolation) int {
+		return cmp.Or(cmp.Compare(a.Grant.Known, b.Grant.Known), cmp.Compare(a.Key, b.Key))
+	})
+	return out
+}
+
+// Check implements [Checker].
+func (FenceOrder) Check(_ context.Context, in Input) Result {
+	d := &FenceOrderDetails{}
+	for _, gs := range Grants(in) {
+		d.Grants += len(gs)
+	}
+	vs := TokenViolations(in)
+	d.Violations = len(vs)
+	d.Examples = vs[:min(len(vs), 10)]
+	if len(vs) == 0 {
+		return Result{Verdict: Valid, Judges: true, Aspect: AspectLock, Details: d}
+	}
+	first := map[string]int64{}
+	count := map[string]int{}
+	for _, v := range vs {
+		if _, ok := first[v.Key]; !ok {
+			first[v.Key] = v.Grant.Known
+		}
+		count[v.Key]++
+	}
+	for key, from := range first {
+		c := FenceCost{Key: key, Violations: count[key], From: from}
+		recovered := int64(-1)
+		for _, op := range in.Ops {
+			e := op.Complete
+			if op.Invoke.Key != key || op.Invoke.F != history.FCriticalSection || e == nil {
+				continue
+			}
+			at := e.Acquired
+			if at == 0 {
+				at = op.Invoke.Time
+			}
+			if at < from {
+				continue
+			}
+			if e.Error == history.ErrStaleToken {
+				c.Refused++
+			}
+			if e.Type == history.OK && (recovered < 0 || e.Time < recovered) {
+				recovered = e.Time
+			}
+		}
+		if recovered < 0 {
+			c.ToEnd, recovered = true, in.End
+		}
+		c.Stall = time.Duration(max(0, recovered-from))
+		d.Costs = append(d.Costs, c)
+	}
+	slices.SortFunc(d.Costs, func(a, b FenceCost) int { return cmp.Compare(a.Key, b.Key) })
+	return Result{Verdict: Invalid, Judges: true, Aspect: AspectLock, Details: d, Reason: vs[0].String()}
+}

@@ -1,0 +1,86 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/history"
+)
+
+// Judge checks a run's events as the end of every run does and fills res's
+// verdict, reasons, checker sections, fault windows and lock metrics (the
+// options in res.Config give the lease TTL; a run that did not complete,
+// res.Incomplete, is at best unknown). It returns the checkers'
+// input, for the visualization. A run and `splitbrain check` both judge
+// through it, so a stored history re-checks to the same verdict.
+func Judge(ctx context.Context, res *Results, events []history.Event, timeout time.Duration) checkers.Input {
+	in := checkers.NewInput(events)
+	report := checkers.Check(ctx, in, checkers.ForRun(checkers.LinearizableOptions{Timeout: timeout}, res.Config.LeaseTTL)...)
+	res.Checkers = report.Checkers
+	res.Valid, res.Data, res.Lock, res.Reasons = report.Valid, report.Data, report.Lock, report.Reasons
+	if res.Incomplete != "" && res.Valid == checkers.Valid {
+		res.Valid = checkers.Unknown // an aborted run proves nothing
+		res.Reasons = append(res.Reasons, "the run did not complete: "+res.Incomplete)
+	}
+	res.Faults = checkers.Windows(in.Faults)
+	res.Metrics = Metrics(in)
+	return in
+}
+
+// HistoryPath is the history file path names: path itself, or the
+// history.jsonl in it when it is a directory.
+func HistoryPath(path string) string {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return filepath.Join(path, "history.jsonl")
+	}
+	return path
+}
+
+// Recheck re-judges a stored history through [Judge]: path is a run
+// directory or a history file. The results.json beside the history, when
+// there is one, gives the run's identity and options (the lease TTL); the
+// results returned are the re-check's (the file is not rewritten). With no
+// results.json the options are unknown: early overlaps are not counted.
+//
+// A missing, empty or malformed history is bad input (an [*InputError]
+// naming the file, and for a malformed one the line and the field); a torn
+// last line is dropped and reported in the results' History.
+func Recheck(ctx context.Context, path string, timeout time.Duration) (*Results, []history.Event, error) {
+	path = HistoryPath(path)
+	events, rep, err := history.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil, nil, BadInput("no history at %s (give a run directory or a history.jsonl)", path)
+	case errors.Is(err, history.ErrCorrupt):
+		return nil, nil, BadInput("%s: %v (see docs/history-format.md)", path, err)
+	case err != nil:
+		return nil, nil, BadInput("%s: %v", path, err)
+	case len(events) == 0 && rep.TornTail:
+		return nil, nil, BadInput("%s: nothing to check: its only line is torn (%d bytes), as when a run dies before its first event", path, rep.TornBytes)
+	case len(events) == 0:
+		return nil, nil, BadInput("%s: nothing to check: the history has no events", path)
+	}
+	res := &Results{Valid: checkers.Unknown}
+	resultsPath := filepath.Join(filepath.Dir(path), "results.json")
+	if b, err := os.ReadFile(resultsPath); err == nil {
+		if err := json.Unmarshal(b, res); err != nil {
+			return nil, nil, BadInput("%s: %v (remove it to check the history alone)", resultsPath, err)
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("read %s: %w", resultsPath, err)
+	}
+	res.History = rep
+	start := time.Now()
+	Judge(ctx, res, events, timeout)
+	if res.Phases == nil {
+		res.Phases = map[string]time.Duration{}
+	}
+	res.Phases["check"] = time.Since(start)
+	return res, events, nil
+}

@@ -1,0 +1,403 @@
+package clockskew
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/splitbrain/splitbrain/runtime"
+)
+
+// Helper is the splitbrain binary of every node image; "Helper clock ARGS"
+// runs [HelperMain] inside a node.
+const Helper = "/usr/local/bin/splitbrain"
+
+// Mechanisms of a [Process], as recorded in fault details.
+const (
+	ViaVDSO = "vdso" // ptrace injection into the vDSO of the node's PID 1
+	ViaShim = "shim" // the LD_PRELOAD shim's control file
+)
+
+// defaultTolerance is how far an observed offset may be from the one set,
+// besides the observation's own uncertainty.
+const defaultTolerance = 100 * time.Millisecond
+
+// TimeFunc reads, from inside node n, what n's shimmed main process
+// believes CLOCK_REALTIME is (for Redis: the TIME command).
+type TimeFunc func(ctx context.Context, n runtime.Node) (time.Time, error)
+
+// Shim says how the main process of one role's nodes is skewed: through
+// the LD_PRELOAD shim's control file (at its default path, the shim loaded
+// from [ShimPath]; see [PreloadCommand]) instead of vDSO injection.
+type Shim struct {
+	// Now reads the process's own view of the wall clock; it verifies
+	// every change. Required.
+	Now TimeFunc
+}
+
+func (s *Shim) controlPath() string { return defaultControlPath }
+
+func (s *Shim) lib() string { return ShimPath }
+
+// Observation is a process's view of its clocks, compared with the true
+// clocks at the same moment.
+type Observation struct {
+	// Realtime is the process's CLOCK_REALTIME minus the true one.
+	Realtime time.Duration `json:"realtime"`
+	// Monotonic is the same for CLOCK_MONOTONIC; valid only when
+	// HasMonotonic (the shim's processes are observed through their wall
+	// clock only).
+	Monotonic    time.Duration `json:"monotonic"`
+	HasMonotonic bool          `json:"has_monotonic"`
+	// Uncertainty bounds the error of the comparison.
+	Uncertainty time.Duration `json:"uncertainty"`
+}
+
+// Process is the clock of one node's main process (PID 1 of its
+// container), changed and observed by the helper exec'd in the node:
+// `splitbrain clock vdso ...` for Go programs, `splitbrain clock file ...`
+// (plus the process's own time query) for shimmed C programs. Every
+// argument travels as its own argv element; nothing goes through a shell.
+type Process struct {
+	node      runtime.Node
+	shim      *Shim // nil: vDSO
+	tolerance time.Duration
+	touch     func(runtime.Node, bool)
+}
+
+// NewProcess returns the clock of n's main process: through shim when it
+// is not nil, by vDSO injection otherwise. tolerance 0 means
+// defaultTolerance.
+func NewProcess(n runtime.Node, shim *Shim, tolerance time.Duration) *Process {
+	if tolerance <= 0 {
+		tolerance = defaultTolerance
+	}
+	return &Process{node: n, shim: shim, tolerance: tolerance, touch: func(runtime.Node, bool) {}}
+}
+
+// OnSkew makes p call f(node, true) before each change of the process's
+// clock, and f(node, false) once a reset or a probe has verifiably left
+// it on true time, so that its owner can reset whatever a failure left
+// skewed. It returns p; call it before p is in use.
+func (p *Process) OnSkew(f func(n runtime.Node, skewed bool)) *Process {
+	p.touch = f
+	return p
+}
+
+// Node returns the process's node.
+func (p *Process) Node() runtime.Node { return p.node }
+
+// Via names the mechanism: ViaVDSO or ViaShim.
+func (p *Process) Via() string {
+	if p.shim != nil {
+		return ViaShim
+	}
+	return ViaVDSO
+}
+
+// helper runs the clock helper in the node and returns its stdout; the
+// error carries the helper's one-line message and its exit code.
+func (p *Process) helper(ctx context.Context, args ...string) ([]byte, error) {
+	argv := append([]string{Helper, "clock"}, args...)
+	res, err := p.node.Exec(ctx, argv)
+	if err != nil {
+		msg := strings.TrimSpace(string(res.Stderr))
+		if i := strings.IndexByte(msg, '\n'); i >= 0 {
+			msg = msg[:i]
+		}
+		if msg == "" {
+			msg = strings.TrimSpace(string(res.Stdout))
+		}
+		return res.Stdout, &helperError{Node: p.node.Name(), Args: args, Code: res.ExitCode, Msg: msg, Err: err}
+	}
+	return res.Stdout, nil
+}
+
+// helperError is a failed run of the clock helper inside a node.
+type helperError struct {
+	Node string
+	Args []string
+	// Code is the helper's exit status (exitEnv: environment or
+	// permission).
+	Code int
+	// Msg is the helper's one-line message.
+	Msg string
+	Err error
+}
+
+func (e *helperError) Error() string {
+	return fmt.Sprintf("%s: clock %s: %s (exit %d)", e.Node, strings.Join(e.Args, " "), e.Msg, e.Code)
+}
+
+func (e *helperError) Unwrap() error { return e.Err }
+
+func durArg(d time.Duration) string { return d.String() }
+
+// Set makes the process's clocks read true time plus o. For the vDSO this
+// injects (patching the vDSO if it is not patched yet, which stops the
+// process's threads for a moment); for the shim it rewrites the control
+// file. It returns once the helper has made the change; [Process.Verify]
+// observes it.
+func (p *Process) Set(ctx context.Context, o Offsets) error {
+	p.touch(p.node, true)
+	var err error
+	if p.shim != nil {
+		_, err = p.helper(ctx, "file", "set", "--path", p.shim.controlPath(),
+			"--realtime", durArg(o.Realtime), "--monotonic", durArg(o.Monotonic))
+	} else {
+		_, err = p.helper(ctx, "vdso", "inject", "--pid", "1",
+			"--realtime", durArg(o.Realtime), "--monotonic", durArg(o.Monotonic))
+	}
+	if err != nil {
+		return fmt.Errorf("skew clock of %s by %s: %w", p.node.Name(), o, err)
+	}
+	return nil
+}
+
+// Flip changes the offsets of a process already [Process.Set]: for the
+// vDSO a plain memory write (no thread is stopped), for the shim a
+// control-file write. It is what a strobe does many times a second.
+func (p *Process) Flip(ctx context.Context, o Offsets) error {
+	if p.shim != nil {
+		return p.Set(ctx, o)
+	}
+	if _, err := p.helper(ctx, "vdso", "set", "--pid", "1",
+		"--realtime", durArg(o.Realtime), "--monotonic", durArg(o.Monotonic)); err != nil {
+		return fmt.Errorf("change clock of %s to %s: %w", p.node.Name(), o, err)
+	}
+	return nil
+}
+
+// nowJSON is `clock vdso now --json`'s output (a [skewReading]).
+type nowJSON struct {
+	Realtime      time.Time     `json:"realtime"`
+	Monotonic     time.Duration `json:"monotonic"`
+	TrueRealtime  time.Time     `json:"true_realtime"`
+	TrueMonotonic time.Duration `json:"true_monotonic"`
+	Uncertainty   time.Duration `json:"uncertainty"`
+}
+
+// Observe reads the process's own view of its clocks: for the vDSO by
+// calling the process's clock_gettime on one of its threads (`clock vdso
+// now`; the process must have been injected once), for the shim through
+// the process's own time query (Shim.Now), compared with this process's
+// clock around the call: containers share the kernel's clock, and
+// splitbrain's own process is never skewed.
+func (p *Process) observe(ctx context.Context) (Observation, error) {
+	if p.shim != nil {
+		if p.shim.Now == nil {
+			return Observation{}, fmt.Errorf("observe clock of %s: no way to ask its process the time", p.node.Name())
+		}
+		before := time.Now()
+		got, err := p.shim.Now(ctx, p.node)
+		after := time.Now()
+		if err != nil {
+			return Observation{}, fmt.Errorf("observe clock of %s: %w", p.node.Name(), err)
+		}
+		half := after.Sub(before) / 2
+		mid := before.Round(0).Add(half)
+		// The process's answer is truncated to its resolution (Redis:
+		// microseconds); a microsecond more covers it.
+		return Observation{Realtime: got.Sub(mid), Uncertainty: half + time.Microsecond}, nil
+	}
+	out, err := p.helper(ctx, "vdso", "now", "--pid", "1", "--json")
+	if err != nil {
+		return Observation{}, fmt.Errorf("observe clock of %s: %w", p.node.Name(), err)
+	}
+	var r nowJSON
+	if err := json.Unmarshal(out, &r); err != nil {
+		return Observation{}, fmt.Errorf("observe clock of %s: parse %q: %w", p.node.Name(), out, err)
+	}
+	return Observation{
+		Realtime:     r.Realtime.Sub(r.TrueRealtime),
+		Monotonic:    r.Monotonic - r.TrueMonotonic,
+		HasMonotonic: true,
+		Uncertainty:  r.Uncertainty,
+	}, nil
+}
+
+// ErrNotVerified reports a process whose observed clock is not the one
+// set.
+var ErrNotVerified = errors.New("process's clock is not at the offset set")
+
+// Verify observes the process and checks that its clocks are off by want
+// (within the tolerance plus the observation's uncertainty).
+func (p *Process) Verify(ctx context.Context, want Offsets) (Observation, error) {
+	obs, err := p.observe(ctx)
+	if err != nil {
+		return obs, err
+	}
+	tol := p.tolerance + obs.Uncertainty
+	if d := obs.Realtime - want.Realtime; d.Abs() > tol {
+		return obs, fmt.Errorf("%s: CLOCK_REALTIME is off by %s, want %s (±%s): %w",
+			p.node.Name(), signed(obs.Realtime.Round(time.Millisecond)), signed(want.Realtime), tol.Round(time.Millisecond), ErrNotVerified)
+	}
+	if obs.HasMonotonic {
+		if d := obs.Monotonic - want.Monotonic; d.Abs() > tol {
+			return obs, fmt.Errorf("%s: CLOCK_MONOTONIC is off by %s, want %s (±%s): %w",
+				p.node.Name(), signed(obs.Monotonic.Round(time.Millisecond)), signed(want.Monotonic), tol.Round(time.Millisecond), ErrNotVerified)
+		}
+	}
+	return obs, nil
+}
+
+// statusJSON is the part of `clock vdso show --json` ([skewStatus]) read here.
+type statusJSON struct {
+	Injected bool     `json:"injected"`
+	Patched  []string `json:"patched"`
+}
+
+func (p *Process) show(ctx context.Context) (statusJSON, error) {
+	out, err := p.helper(ctx, "vdso", "show", "--pid", "1", "--json")
+	if err != nil {
+		return statusJSON{}, err
+	}
+	var st statusJSON
+	if err := json.Unmarshal(out, &st); err != nil {
+		return st, fmt.Errorf("%s: parse vdso show %q: %w", p.node.Name(), out, err)
+	}
+	return st, nil
+}
+
+// Reset puts the process back on true time and leaves nothing of ours in
+// force: the shim's offsets zeroed, or the vDSO's original bytes written
+// back (`clock vdso restore`, which also zeroes the offsets; the unused
+// page stays mapped). It then verifies by observing the process; a reset
+// that does not verify is an error. A process never skewed is left alone.
+func (p *Process) Reset(ctx context.Context) error {
+	if err := p.reset(ctx); err != nil {
+		return fmt.Errorf("reset clock of %s: %w", p.node.Name(), err)
+	}
+	p.touch(p.node, false)
+	return nil
+}
+
+func (p *Process) reset(ctx context.Context) error {
+	if p.shim != nil {
+		if _, err := p.helper(ctx, "file", "reset", "--path", p.shim.controlPath()); err != nil {
+			return err
+		}
+		_, err := p.Verify(ctx, Offsets{})
+		return err
+	}
+	st, err := p.show(ctx)
+	if err != nil {
+		return err
+	}
+	if !st.Injected {
+		return nil // never injected: its vDSO is the kernel's
+	}
+	if _, err := p.helper(ctx, "vdso", "restore", "--pid", "1"); err != nil {
+		return err
+	}
+	if st, err = p.show(ctx); err != nil {
+		return err
+	}
+	if len(st.Patched) > 0 {
+		return fmt.Errorf("vDSO still patched after restore: %s", strings.Join(st.Patched, " "))
+	}
+	_, err = p.Verify(ctx, Offsets{})
+	return err
+}
+
+// ErrCannotSkew reports a process the clock nemesis cannot skew; the
+// message names the fix.
+var ErrCannotSkew = errors.New("clock nemesis cannot skew")
+
+// Check probes, with zero offsets, that the process can be skewed and
+// observed, and leaves it as it was: for the vDSO an injection, a look at
+// the patch and the process's clock, and a restore; for the shim, that the
+// process has the shim loaded, then the control file created and mapped by
+// the process and its clock read. The error is one line naming the fix.
+func (p *Process) Check(ctx context.Context) error {
+	var err error
+	if p.shim != nil {
+		err = p.checkShim(ctx)
+	} else {
+		err = p.checkVDSO(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("%w %s (%s, %s): %w", ErrCannotSkew, p.node.Name(), p.node.Role(), p.Via(), err)
+	}
+	return nil
+}
+
+func (p *Process) checkVDSO(ctx context.Context) error {
+	err := p.Set(ctx, Offsets{})
+	var he *helperError
+	switch {
+	case errors.As(err, &he) && he.Code == exitEnv:
+		return fmt.Errorf("%s; splitbrain grants SYS_PTRACE to the nodes it may skew, so the engine's seccomp or AppArmor profile must be blocking ptrace (allow it), or the platform is not linux/amd64: leave clock out of --nemesis or narrow --clock-targets", he.Msg)
+	case errors.As(err, &he) && strings.Contains(he.Msg, "unknown command"):
+		return fmt.Errorf("the node's splitbrain binary has no clock command: rebuild the images (splitbrain images build): %s", he.Msg)
+	case err != nil:
+		return err
+	}
+	st, err := p.show(ctx)
+	if err != nil {
+		return err
+	}
+	if !st.Injected || !slices.Contains(st.Patched, "__vdso_clock_gettime") {
+		return fmt.Errorf("injection left the vDSO unpatched (patched: %v)", st.Patched)
+	}
+	if _, err := p.Verify(ctx, Offsets{}); err != nil {
+		return err
+	}
+	return p.Reset(ctx)
+}
+
+func (p *Process) checkShim(ctx context.Context) error {
+	if p.shim.Now == nil {
+		return errors.New("no way to ask the process the time (Shim.Now is nil)")
+	}
+	mapped := func(path string) (bool, error) {
+		res, err := p.node.Exec(ctx, []string{"grep", "-qF", "--", path, "/proc/1/maps"})
+		switch {
+		case err == nil:
+			return true, nil
+		case res.ExitCode == 1:
+			return false, nil
+		}
+		return false, fmt.Errorf("read /proc/1/maps: %w: %s", err, strings.TrimSpace(string(res.Stderr)))
+	}
+	ok, err := mapped(p.shim.lib())
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("its main process has not loaded the clock shim %s: rebuild the images (splitbrain images build) so that the image carries it, and start the process with clock.PreloadCommand", p.shim.lib())
+	}
+	if err := p.Set(ctx, Offsets{}); err != nil {
+		return err
+	}
+	// The shim maps a control file that appears later within 100 ms of
+	// the process's next clock read.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		ok, err := mapped(p.shim.controlPath())
+		if err != nil {
+			return err
+		}
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("its main process never mapped the control file %s: is %s=%s in its environment?", p.shim.controlPath(), controlFileEnv, p.shim.controlPath())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if _, err := p.Verify(ctx, Offsets{}); err != nil {
+		return err
+	}
+	// The control file stays, at zero: the process has it mapped.
+	p.touch(p.node, false)
+	return nil
+}
