@@ -15,6 +15,7 @@ import (
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/report"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/docker"
@@ -92,6 +93,9 @@ func runDetect(args []string) error {
 		name, w, ok := strings.Cut(p, "=")
 		if !ok {
 			return fmt.Errorf("--schedules: %q: want name=weights", p)
+		}
+		if _, err := nemesis.ParseWeights(w, nemesis.PauseGroups); err != nil {
+			return fmt.Errorf("--schedules: %s: %w", name, err)
 		}
 		sched[name] = w
 		schedNames = append(schedNames, name)
@@ -173,7 +177,9 @@ func detectOne(ctx context.Context, env *dockerEnv, target, schedName, weights s
 	r := detectRun{Target: target, Schedule: schedName, Seed: seed, FirstLateMS: -1, FirstExplainedMS: -1, Faults: map[string]int{}}
 	cfg := harness.DefaultConfig()
 	cfg.Target, cfg.Workload, cfg.Nemesis = target, workloads.UnfencedCounter, "pause"
-	cfg.TimeLimit, cfg.PauseTargets, cfg.Seed = limit, weights, seed
+	cfg.TimeLimit, cfg.Seed = limit, seed
+	w, _ := nemesis.ParseWeights(weights, nemesis.PauseGroups) // checked with the flags
+	nemesis.SpecOf[*nemesis.PauseSpec](cfg.Faults).Targets = w
 	cfg.ResultsDir = filepath.Join(resDir, target+"-"+schedName+"-"+strconv.FormatUint(seed, 10))
 	start := time.Now()
 	out, err := harness.Run(ctx, cfg, env.harnessDeps(slog.New(slog.DiscardHandler), docker.ControlAuto))

@@ -18,8 +18,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sys/unix"
 
+	"github.com/splitbrain/splitbrain/internal/clockskew"
 	"github.com/splitbrain/splitbrain/nemesis"
-	"github.com/splitbrain/splitbrain/nemesis/clock"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/etcd"
@@ -167,8 +167,8 @@ func faultsRedis(ctx context.Context, env *dockerEnv, n int, rng *rand.Rand) ([]
 		out = append(out, measurePartition(ctx, env, nenv, rng))
 		logf("redis partition %d/%d: %+v", i+1, n, out[len(out)-1])
 	}
-	shim := &clock.Shim{Now: redis.ServerTime}
-	redisClock := clock.NewProcess(cl.Nodes()[0], shim, 0)
+	shim := &clockskew.Shim{Now: redis.ServerTime}
+	redisClock := clockskew.NewProcess(cl.Nodes()[0], shim, 0)
 	// As the clock nemesis's Prepare does in a run: the control file is
 	// created and mapped by Redis before the first fault.
 	if err := redisClock.Check(ctx); err != nil {
@@ -206,13 +206,13 @@ func faultsEtcd(ctx context.Context, env *dockerEnv, n int, rng *rand.Rand) ([]f
 		logf("etcd pause %d/%d", i+1, n)
 	}
 	for _, m := range cl.Nodes() { // as the clock nemesis's Prepare does
-		if err := clock.NewProcess(m, nil, 0).Check(ctx); err != nil {
+		if err := clockskew.NewProcess(m, nil, 0).Check(ctx); err != nil {
 			return out, err
 		}
 	}
 	for i := range n {
 		member := cl.Nodes()[rng.IntN(len(cl.Nodes()))]
-		out = append(out, measureClock(ctx, clock.NewProcess(member, nil, 0), "clock bump etcd member (vDSO)", rng))
+		out = append(out, measureClock(ctx, clockskew.NewProcess(member, nil, 0), "clock bump etcd member (vDSO)", rng))
 		logf("etcd clock %d/%d: %+v", i+1, n, out[len(out)-1])
 	}
 	for i := range n {
@@ -355,13 +355,13 @@ func measurePause(ctx context.Context, env *dockerEnv, nenv *nemesis.Env, kind, 
 // by ptrace) and Verify (the process's own clock read back, through an exec
 // in the node), then Reset, which verifies too. In force is when Verify
 // returned: an upper bound, the exec that reads the clock included.
-func measureClock(ctx context.Context, p *clock.Process, kind string, rng *rand.Rand) faultSample {
+func measureClock(ctx context.Context, p *clockskew.Process, kind string, rng *rand.Rand) faultSample {
 	s := faultSample{Kind: kind, Target: p.Node().Name()}
 	d := time.Second + time.Duration(rng.Int64N(int64(2*time.Second)))
 	if rng.IntN(2) == 0 {
 		d = -d
 	}
-	o := clock.Offsets{Realtime: d, Monotonic: d}
+	o := clockskew.Offsets{Realtime: d, Monotonic: d}
 	t0 := time.Now()
 	if err := p.Set(ctx, o); err != nil {
 		s.Err = err.Error()

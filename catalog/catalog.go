@@ -1,16 +1,19 @@
-// Package catalog is the list of what splitbrain ships: it imports every
-// lock backend and lock recipe package, each of which registers itself
-// with package targets from its init function (the database/sql driver
-// shape). Programs import it for its side effects:
+// Package catalog imports, for their registrations, every lock backend,
+// lock client and fault splitbrain ships (the shape of database/sql
+// drivers): each registers itself with package targets or nemesis from its
+// init function, and a program that imports catalog knows them all:
 //
 //	import _ "github.com/splitbrain/splitbrain/catalog"
 //
-// Adding a backend is its own folder under targets/ plus one line here.
+// Adding a backend, a client or a fault package is its own folder plus one
+// line here. The faults pause, kill and partition register from package
+// nemesis itself, which every program that runs faults imports.
 package catalog
 
 import (
 	"github.com/splitbrain/splitbrain/targets"
 
+	// Lock backends and their recipes.
 	_ "github.com/splitbrain/splitbrain/targets/etcd"
 	_ "github.com/splitbrain/splitbrain/targets/external"
 	_ "github.com/splitbrain/splitbrain/targets/lockd"
@@ -19,6 +22,9 @@ import (
 	_ "github.com/splitbrain/splitbrain/targets/redis/redispy"
 	_ "github.com/splitbrain/splitbrain/targets/redis/redsync"
 	_ "github.com/splitbrain/splitbrain/targets/zookeeper"
+
+	// Faults.
+	_ "github.com/splitbrain/splitbrain/nemesis/clock"
 )
 
 // DefaultTarget is the backend `splitbrain run` brings up when none is

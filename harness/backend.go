@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"github.com/splitbrain/splitbrain/nemesis/clock"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
@@ -20,17 +19,4 @@ func (c Config) backend(bs Backends) (targets.Backend, error) {
 		return targets.Backend{}, &InputError{Err: err}
 	}
 	return b, nil
-}
-
-// clockShims says, for each of b's roles that runs under the LD_PRELOAD
-// clock shim, how the clock nemesis asks its process the time; the other
-// roles' processes are skewed by vDSO injection.
-func clockShims(b targets.Backend) map[string]clock.Shim {
-	out := map[string]clock.Shim{}
-	for _, r := range b.Roles {
-		if r.Clock.Shim {
-			out[r.Name] = clock.Shim{Now: r.Clock.Now}
-		}
-	}
-	return out
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
+	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/runtime/memrt"
@@ -222,7 +223,7 @@ func inmemConfig(t *testing.T, workload string) harness.Config {
 	c.Concurrency, c.Keys = 3, 1
 	c.LeaseTTL, c.Work = 150*time.Millisecond, 20*time.Millisecond
 	c.NemesisInterval, c.FaultMin, c.FaultMax = 300*time.Millisecond, 300*time.Millisecond, 400*time.Millisecond
-	c.PauseTargets = "holder=1"
+	nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = nemesis.Weights{nemesis.GroupHolder: 1}
 	c.Seed = 7
 	c.ResultsDir = t.TempDir()
 	return c
@@ -289,8 +290,8 @@ func TestBackendValidation(t *testing.T) {
 		{"declared option", func(c *harness.Config) { c.RecipeOptions = map[string]string{"expiry": "none"} }, ""},
 		{"misspelt option", func(c *harness.Config) { c.RecipeOptions = map[string]string{"expiri": "none"} }, "known: expiry"},
 		{"undeclared value", func(c *harness.Config) { c.RecipeOptions = map[string]string{"expiry": "client"} }, "want one of ttl, none"},
-		{"majority of one node", func(c *harness.Config) { c.Nemesis, c.Partitions = "partition", "majority" }, "needs at least 3"},
-		{"leader of a leaderless service", func(c *harness.Config) { c.Nemesis, c.Partitions = "partition", "leader" }, "leader"},
+		{"majority of one node", func(c *harness.Config) { c.Nemesis = "partition"; partitionsOf(c, "majority") }, "needs at least 3"},
+		{"leader of a leaderless service", func(c *harness.Config) { c.Nemesis = "partition"; partitionsOf(c, "leader") }, "leader"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -380,4 +381,8 @@ func TestBackendImagePlan(t *testing.T) {
 	if again, err := inmemFile.Make(context.Background(), b); err != nil || again != path {
 		t.Fatalf("made again: %s, %v", again, err)
 	}
+}
+
+func partitionsOf(c *harness.Config, names ...string) {
+	nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = names
 }

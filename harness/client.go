@@ -32,6 +32,9 @@ type Client struct {
 	// image.
 	Files    []images.File
 	Packages []string
+	// unregistered: the backend's own recipe is not in the registry
+	// (a backend only the caller's Deps.Backends knows).
+	unregistered bool
 }
 
 // External says the client is one the user brings.
@@ -53,24 +56,35 @@ func NoTokenRefusal(client string) error {
 	return BadInput("--workload %s needs a fencing token, and client %s gives none: fence at the store instead, with a version check on the write (--store postgres in its version-check mode), or choose a client that gives tokens", workloads.FencedCounter, client)
 }
 
-// looksLikeCommand says whether --client's value is a command line rather
-// than a client's name.
+// looksLikeCommand says whether --client's value, when it names no
+// registered client, is a command line rather than a misspelt name.
 func looksLikeCommand(s string) bool { return strings.ContainsAny(s, " /.") }
+
+// clientLabel is --client's value in a results directory's name: the
+// client's name, or "external" for a command line.
+func clientLabel(s string) string {
+	if _, err := targets.LookupRecipe(s); err == nil || !looksLikeCommand(s) {
+		return s
+	}
+	return external.Kind
+}
 
 // ResolveClient says which client a run of c on backend b uses. Its errors
 // are bad input naming the fix.
 func (c Config) ResolveClient(b targets.Backend) (Client, error) {
-	if c.Client == "" || (!looksLikeCommand(c.Client) && c.Client == b.Recipe) {
+	if c.Client == "" || c.Client == b.Recipe {
 		if c.ClientFiles != "" || len(c.ClientPackages) > 0 {
 			return Client{}, BadInput("--client-files and --client-packages go with --client CMD, the command line of your own adapter")
 		}
 		r, err := b.RunRecipe()
 		if err != nil {
-			return Client{}, &InputError{Err: err}
+			// A backend resolved by the caller (Deps.Backends) whose
+			// recipe only its agents know: what it offers is unknown here.
+			return Client{Recipe: targets.Recipe{Kind: b.Recipe, Backends: []string{b.Name}}, Role: runtime.RoleClient, unregistered: true}, nil
 		}
 		return Client{Recipe: r, Role: r.ClientRole()}, nil
 	}
-	if r, err := targets.LookupRecipe(c.Client); err == nil && !looksLikeCommand(c.Client) {
+	if r, err := targets.LookupRecipe(c.Client); err == nil {
 		if !r.Serves(b.Name) {
 			return Client{}, BadInput("--client %s does not serve target %s (it serves %s; clients of %s: %s)",
 				r.Kind, b.Name, strings.Join(r.Backends, ", "), b.Name, strings.Join(ClientNames(b), ", "))
@@ -184,6 +198,12 @@ func (cl Client) registerImage() {
 // options it takes (a client the user brings checks its own, at its
 // handshake) and a fenced workload, which needs a client that gives tokens.
 func (c Config) checkClient(b targets.Backend, cl Client) error {
+	if cl.unregistered {
+		if err := b.CheckOptions(c.RecipeOptions); err != nil {
+			return BadInput("--recipe-opt: %v", err)
+		}
+		return nil
+	}
 	if !cl.External() {
 		if err := b.CheckOptionsWith(cl.Recipe, c.RecipeOptions); err != nil {
 			return BadInput("--recipe-opt: %v", err)
@@ -201,7 +221,7 @@ func (c Config) checkClient(b targets.Backend, cl Client) error {
 // backend's own (it refuses options it does not know).
 func (cl Client) recipeConfig(rc targets.RecipeConfig, b targets.Backend) targets.RecipeConfig {
 	rc.Kind, rc.Backend, rc.Command = cl.Recipe.Kind, b.Name, cl.Command
-	if cl.External() || (cl.Recipe.Language != "" && cl.Recipe.Language != "go") {
+	if cl.External() || cl.Recipe.Adapter != "" {
 		opts := map[string]string{}
 		for k, v := range rc.Options {
 			if !slices.ContainsFunc(b.Options, func(o targets.Option) bool { return o.Name == k }) {

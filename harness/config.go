@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -10,7 +11,7 @@ import (
 	"time"
 
 	"github.com/splitbrain/splitbrain/nemesis"
-	"github.com/splitbrain/splitbrain/nemesis/clock"
+	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/workloads"
 )
@@ -55,33 +56,11 @@ type Config struct {
 	// from the lease TTL (a pause must outlive the lease to matter).
 	FaultMin time.Duration `json:"fault_min_ns"`
 	FaultMax time.Duration `json:"fault_max_ns"`
-	// PauseTargets weighs the pause nemesis's target groups
-	// ("holder=2,node=1").
-	PauseTargets string `json:"pause_targets"`
-	// KillTargets weighs the kill nemesis's target groups.
-	KillTargets string `json:"kill_targets"`
-	// ClockTargets weighs the clock nemesis's target groups (holder,
-	// client, node).
-	ClockTargets string `json:"clock_targets"`
-	// ClockModes lists the clock nemesis's modes to draw from ("bump",
-	// "strobe").
-	ClockModes string `json:"clock_modes"`
-	// ClockMin and ClockMax bound the size of a clock offset; zero
-	// derives them from the lease TTL (TTL .. 3×TTL: a jump that matters).
-	ClockMin time.Duration `json:"clock_min_ns"`
-	ClockMax time.Duration `json:"clock_max_ns"`
-	// ClockDirection is forward, backward or both.
-	ClockDirection string `json:"clock_direction"`
-	// ClockMonotonic also skews CLOCK_MONOTONIC, which etcd and lockd time
-	// their leases with (CLOCK_REALTIME is always skewed).
-	ClockMonotonic bool `json:"clock_monotonic"`
-	// ClockStrobeMin and ClockStrobeMax bound a strobe's time between
-	// flips.
-	ClockStrobeMin time.Duration `json:"clock_strobe_min_ns"`
-	ClockStrobeMax time.Duration `json:"clock_strobe_max_ns"`
-	// Partitions lists the partition topologies to draw from; empty means
-	// every topology the target's size allows.
-	Partitions     string        `json:"partitions"`
+	// Faults holds each fault's settings, by name (see
+	// [nemesis.Register]); those of the faults named in Nemesis are used.
+	// [DefaultConfig] has every registered fault's defaults; a missing
+	// name stands for its defaults.
+	Faults         nemesis.Specs `json:"faults"`
 	AcquireTimeout time.Duration `json:"acquire_timeout_ns"`
 	StoreTimeout   time.Duration `json:"store_timeout_ns"`
 	// OpTimeout is how long the harness waits for one operation.
@@ -112,8 +91,8 @@ type Config struct {
 	ClientPackages []string `json:"client_packages,omitempty"`
 }
 
-// DefaultConfig is a 30 s unfenced-counter run under pauses, of the
-// default backend (targets.Default).
+// DefaultConfig is a 30 s unfenced-counter run under pauses on the default
+// backend (targets.Default: the catalogue names a single Redis).
 func DefaultConfig() Config {
 	return Config{
 		Target:          targets.Default(),
@@ -125,13 +104,7 @@ func DefaultConfig() Config {
 		LeaseTTL:        2 * time.Second,
 		Work:            100 * time.Millisecond,
 		NemesisInterval: 3 * time.Second,
-		PauseTargets:    "holder=3,node=1",
-		KillTargets:     "node=2,holder=1",
-		ClockTargets:    "node=1,holder=1,client=1",
-		ClockModes:      "bump,strobe",
-		ClockDirection:  clock.DirBoth,
-		ClockStrobeMin:  50 * time.Millisecond,
-		ClockStrobeMax:  200 * time.Millisecond,
+		Faults:          nemesis.DefaultSpecs(),
 		AcquireTimeout:  5 * time.Second,
 		StoreTimeout:    time.Second,
 		OpTimeout:       30 * time.Second,
@@ -153,19 +126,55 @@ func (c Config) Schedule() nemesis.Schedule {
 }
 
 // Validate returns an InputError naming the first problem. backends
-// resolves the target's name (nil: targets.Lookup).
+// resolves the target's name (nil: targets.Lookup). ([Prepare] checks the
+// same and keeps what it built.)
 func (c Config) Validate(backends Backends) error {
-	b, err := c.backend(backends)
+	_, err := Prepare(c, backends)
+	return err
+}
+
+// Plan is a config checked once against its backend, with its nemeses
+// built: what [Plan.Run] runs. A Plan runs once.
+type Plan struct {
+	cfg     Config
+	backend targets.Backend
+	nemeses []nemesis.Nemesis
+	client  Client
+}
+
+// Config returns the plan's config.
+func (p *Plan) Config() Config { return p.cfg }
+
+// Backend returns the declaration of the plan's backend.
+func (p *Plan) Backend() targets.Backend { return p.backend }
+
+// Prepare checks cfg against its backend, resolved by backends (nil:
+// targets.Lookup), and returns an InputError naming the first problem; it
+// builds the nemeses cfg names. Every fault's settings are checked, named
+// in the run or not.
+func Prepare(cfg Config, backends Backends) (*Plan, error) {
+	b, err := cfg.backend(backends)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{cfg: cfg, backend: b}
+	if err := cfg.validate(p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// validate checks c against p's backend and puts the nemeses it names and
+// its lock client in p.
+func (c Config) validate(p *Plan) error {
+	cl, err := c.ResolveClient(p.backend)
 	if err != nil {
 		return err
 	}
-	cl, err := c.ResolveClient(b)
-	if err != nil {
+	if err := c.checkClient(p.backend, cl); err != nil {
 		return err
 	}
-	if err := c.checkClient(b, cl); err != nil {
-		return err
-	}
+	p.client = cl
 	switch {
 	case !slices.Contains(workloads.Names(), c.Workload):
 		return BadInput("unknown workload %q (known: %s)", c.Workload, strings.Join(workloads.Names(), ", "))
@@ -187,35 +196,44 @@ func (c Config) Validate(backends Backends) error {
 	if err := c.Schedule().Validate(); err != nil {
 		return BadInput("%v (check --nemesis-interval, --fault-min, --fault-max)", err)
 	}
-	if _, err := nemesis.Weights(c.PauseTargets, nemesis.PauseGroups); err != nil {
-		return BadInput("--pause-targets: %v", err)
-	}
-	if _, err := nemesis.Weights(c.KillTargets, nemesis.KillGroups); err != nil {
-		return BadInput("--kill-targets: %v", err)
-	}
-	if _, err := nemesis.Weights(c.ClockTargets, clock.Groups); err != nil {
-		return BadInput("--clock-targets: %v", err)
-	}
-	if err := c.clockNemesis().Validate(); err != nil {
-		return BadInput("clock nemesis: %v (check --clock-modes, --clock-min, --clock-max, --clock-direction)", err)
-	}
-	nems, err := nemesis.Parse(c.Nemesis, Nemeses(c, b))
+	names, err := nemesis.Select(c.Nemesis)
 	if err != nil {
 		return BadInput("--nemesis: %v", err)
 	}
-	for _, n := range nems {
-		if p, ok := n.(*nemesis.Partition); ok && len(p.Topologies) == 0 {
-			return BadInput("--nemesis partition: no topology fits target %s", c.Target)
+	ft := faultTarget(c, p.backend)
+	for _, name := range nemesis.Names() {
+		if err := c.Faults.Get(name).Validate(ft); err != nil {
+			return &InputError{Err: err}
 		}
 	}
-	if c.Partitions != "" {
-		for _, t := range splitList(c.Partitions) {
-			if err := nemesis.CheckTopology(t, b.Size, b.Leads); err != nil {
-				return BadInput("--partitions: %v", err)
+	for _, name := range names {
+		spec := c.Faults.Get(name)
+		if a, ok := spec.(nemesis.Availability); ok {
+			if err := a.Available(ft); err != nil {
+				return BadInput("--nemesis %s: %v", name, err)
 			}
 		}
+		n, err := spec.New(ft)
+		if err != nil {
+			return BadInput("--nemesis %s: %v", name, err)
+		}
+		p.nemeses = append(p.nemeses, n)
 	}
 	return checkWritable(c.ResultsDir)
+}
+
+// faultTarget is what the faults of c are checked against and built for
+// on backend b: its shape, and how the processes of its roles that run
+// under the LD_PRELOAD clock shim tell their time (the others are skewed
+// by vDSO injection).
+func faultTarget(c Config, b targets.Backend) nemesis.Target {
+	shims := map[string]func(context.Context, runtime.Node) (time.Time, error){}
+	for _, r := range b.Roles {
+		if r.Clock.Shim {
+			shims[r.Name] = r.Clock.Now
+		}
+	}
+	return nemesis.Target{Name: c.Target, Size: b.Size, Leads: b.Leads, LeaseTTL: c.LeaseTTL, ShimClocks: shims}
 }
 
 func splitList(s string) []string {
@@ -242,64 +260,6 @@ func checkWritable(dir string) error {
 	return nil
 }
 
-// Nemeses returns the nemeses a config can name for backend b.
-func Nemeses(c Config, b targets.Backend) map[string]nemesis.Nemesis {
-	pw, err := nemesis.Weights(c.PauseTargets, nemesis.PauseGroups)
-	if err != nil {
-		pw = map[string]int{nemesis.GroupHolder: 1}
-	}
-	kw, err := nemesis.Weights(c.KillTargets, nemesis.KillGroups)
-	if err != nil {
-		kw = map[string]int{nemesis.GroupNode: 1}
-	}
-	topos := splitList(c.Partitions)
-	if len(topos) == 0 {
-		for _, name := range nemesis.Topologies() {
-			if nemesis.CheckTopology(name, b.Size, b.Leads) == nil {
-				topos = append(topos, name)
-			}
-		}
-	}
-	cn := c.clockNemesis()
-	cn.Shims = clockShims(b)
-	return map[string]nemesis.Nemesis{
-		"clock":     cn,
-		"pause":     &nemesis.Pause{Weights: pw, HolderWait: time.Second},
-		"kill":      &nemesis.Kill{Weights: kw, HolderWait: time.Second},
-		"partition": &nemesis.Partition{Topologies: topos},
-	}
-}
-
-// ClockOffsets is the size range of the clock nemesis's offsets: ClockMin
-// and ClockMax, or TTL .. 3×TTL where they are zero.
-func (c Config) ClockOffsets() (lo, hi time.Duration) {
-	lo, hi = c.ClockMin, c.ClockMax
-	if lo == 0 {
-		lo = c.LeaseTTL
-	}
-	if hi == 0 {
-		hi = max(lo, 3*c.LeaseTTL)
-	}
-	return lo, hi
-}
-
-// clockNemesis is the clock nemesis the config asks for, without the
-// target's shims (Nemeses adds them: the roles that run under the
-// LD_PRELOAD shim are skewed through it, all other processes by vDSO
-// injection).
-func (c Config) clockNemesis() *clock.Nemesis {
-	w, err := nemesis.Weights(c.ClockTargets, clock.Groups)
-	if err != nil {
-		w = map[string]int{nemesis.GroupNode: 1}
-	}
-	lo, hi := c.ClockOffsets()
-	return &clock.Nemesis{
-		Modes: splitList(c.ClockModes), Weights: w, MinOffset: lo, MaxOffset: hi,
-		Direction: c.ClockDirection, Monotonic: c.ClockMonotonic,
-		StrobeMin: c.ClockStrobeMin, StrobeMax: c.ClockStrobeMax, HolderWait: time.Second,
-	}
-}
-
 // runDirName is the results directory of a run: target-workload-nemesis.
 func (c Config) runDirName() string {
 	nem := strings.ReplaceAll(c.Nemesis, ",", "+")
@@ -308,11 +268,7 @@ func (c Config) runDirName() string {
 	}
 	target := c.Target
 	if c.Client != "" {
-		name := c.Client
-		if looksLikeCommand(name) {
-			name = "external"
-		}
-		target += "+" + name
+		target += "+" + clientLabel(c.Client)
 	}
 	return filepath.Join(c.ResultsDir, fmt.Sprintf("%s-%s-%s", target, c.Workload, nem))
 }

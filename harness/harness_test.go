@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/inmem"
 )
@@ -38,14 +39,15 @@ func TestConfigValidate(t *testing.T) {
 		{"no clients", func(c *Config) { c.Concurrency = 0 }},
 		{"no keys", func(c *Config) { c.Keys = 0 }},
 		{"negative ttl", func(c *Config) { c.LeaseTTL = -time.Second }},
-		{"bad weights", func(c *Config) { c.PauseTargets = "holder=x" }},
-		{"unknown group", func(c *Config) { c.PauseTargets = "moon=1" }},
+		{"negative weight", func(c *Config) { nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = nemesis.Weights{"holder": -1} }},
+		{"unknown group", func(c *Config) { nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = nemesis.Weights{"moon": 1} }},
 		{"empty fault range", func(c *Config) { c.FaultMin, c.FaultMax = 3*time.Second, time.Second }},
 		{"results is a file", func(c *Config) { c.ResultsDir = filepath.Join(file, "sub") }},
-		{"majority partition of one node", func(c *Config) { c.Nemesis, c.Partitions = "partition", "majority" }},
-		{"leader partition without a leader", func(c *Config) { c.Nemesis, c.Partitions = "partition", "leader" }},
-		{"unknown topology", func(c *Config) { c.Nemesis, c.Partitions = "partition", "donut" }},
-		{"kill the store", func(c *Config) { c.KillTargets = "store=1" }},
+		{"majority partition of one node", func(c *Config) { c.Nemesis = "partition"; partitions(c, "majority") }},
+		{"leader partition without a leader", func(c *Config) { c.Nemesis = "partition"; partitions(c, "leader") }},
+		{"unknown topology", func(c *Config) { c.Nemesis = "partition"; partitions(c, "donut") }},
+		{"kill the store", func(c *Config) { nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = nemesis.Weights{"store": 1} }},
+		{"unknown recipe option", func(c *Config) { c.RecipeOptions = map[string]string{"nosuch": "1"} }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -63,4 +65,8 @@ func TestConfigValidate(t *testing.T) {
 	if err := c.Validate(oneBackend); err != nil {
 		t.Fatalf("default config invalid: %v", err)
 	}
+}
+
+func partitions(c *Config, names ...string) {
+	nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = names
 }

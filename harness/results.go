@@ -36,13 +36,13 @@ type Results struct {
 	Duration time.Duration `json:"duration_ns"`
 	// Phases times each phase (setup, test, final, check).
 	Phases map[string]time.Duration `json:"phases_ns"`
+	// Client is the lock client the agents used: its recipe, library and
+	// version, and what it offers.
+	Client *targets.ClientInfo `json:"client,omitempty"`
 	// TestStart is when the test phase began, on the history's time base
 	// (which starts with the harness, setup included): reports count time
 	// from it.
 	TestStart int64 `json:"test_start_ns"`
-	// Client is the lock client the agents used: its recipe, library and
-	// version, and what it offers.
-	Client *targets.ClientInfo `json:"client,omitempty"`
 	// Versions are the backend's software versions; Images the image tags.
 	Versions map[string]string `json:"versions,omitempty"`
 	Images   map[string]string `json:"images,omitempty"`

@@ -21,7 +21,6 @@ import (
 	"path/filepath"
 	rt "runtime"
 	"runtime/debug"
-	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -82,10 +81,18 @@ const (
 // heals, reads, checks and cleans. The error is nil when the run completed
 // (whatever its verdict); with an error the results directory, if it was
 // created, still holds what was recorded.
-func Run(ctx context.Context, cfg Config, deps Deps) (out *Outcome, err error) {
-	if err := cfg.Validate(deps.Backends); err != nil {
+func Run(ctx context.Context, cfg Config, deps Deps) (*Outcome, error) {
+	p, err := Prepare(cfg, deps.Backends)
+	if err != nil {
 		return nil, err
 	}
+	return p.Run(ctx, deps)
+}
+
+// Run performs the plan's run, as [Run] does; deps.Backends is not used
+// (the plan has its backend).
+func (p *Plan) Run(ctx context.Context, deps Deps) (out *Outcome, err error) {
+	cfg := p.cfg
 	if deps.Hard == nil {
 		deps.Hard = context.WithoutCancel(ctx)
 	}
@@ -98,7 +105,7 @@ func Run(ctx context.Context, cfg Config, deps Deps) (out *Outcome, err error) {
 	if cfg.Seed == 0 {
 		cfg.Seed = rand.Uint64()
 	}
-	r := &run{cfg: cfg, deps: deps, started: deps.Now().UTC()}
+	r := &run{cfg: cfg, deps: deps, backend: p.backend, nems: p.nemeses, client: p.client, started: deps.Now().UTC()}
 	if err := r.prepareDir(); err != nil {
 		return nil, err
 	}
@@ -152,6 +159,9 @@ func (r *run) panicked(pe *PanicError) error {
 type run struct {
 	cfg     Config
 	deps    Deps
+	backend targets.Backend
+	nems    []nemesis.Nemesis
+	client  Client
 	log     *slog.Logger
 	started time.Time
 	runID   string
@@ -206,10 +216,7 @@ func (r *run) phase(name string, f func() error) error {
 }
 
 func (r *run) execute(ctx context.Context) error {
-	backend, err := r.cfg.backend(r.deps.Backends)
-	if err != nil {
-		return err
-	}
+	backend, nems := r.backend, r.nems
 	wl, err := workloads.New(r.cfg.Workload, workloads.CounterOptions{
 		Keys: r.cfg.Keys, OpTimeout: r.cfg.OpTimeout, Seed: r.cfg.Seed, Log: r.log, Work: r.cfg.Work,
 		Bypass: splitList(r.cfg.Bypass),
@@ -217,11 +224,7 @@ func (r *run) execute(ctx context.Context) error {
 	if err != nil {
 		return &InputError{Err: err}
 	}
-	nems, err := nemesis.Parse(r.cfg.Nemesis, Nemeses(r.cfg, backend))
-	if err != nil {
-		return &InputError{Err: err}
-	}
-	nodeCaps, clientCaps := nemesisCaps(nems)
+	nodeCaps, clientCaps := nemesis.Caps(nems)
 	r.clientCaps = clientCaps
 	hard := r.deps.Hard
 	if r.hw, err = history.Create(filepath.Join(r.dir, "history.jsonl")); err != nil {
@@ -236,10 +239,7 @@ func (r *run) execute(ctx context.Context) error {
 		imgs    map[string]string
 		cluster targets.Cluster
 	)
-	client, err := r.cfg.ResolveClient(backend)
-	if err != nil {
-		return err
-	}
+	client := r.client
 	client.registerImage()
 	info := client.Info()
 	r.res.Client = &info
@@ -278,7 +278,7 @@ func (r *run) execute(ctx context.Context) error {
 		if lf, ok := cluster.(targets.LeaderFinder); ok {
 			r.env.Leader = lf.Leader
 		}
-		return r.prepareNemeses(hard, nems)
+		return nemesis.Prepare(hard, nems, r.env, r.log)
 	})
 	if err != nil {
 		return err
@@ -311,7 +311,7 @@ func (r *run) execute(ctx context.Context) error {
 		return fmt.Errorf("aborted: %w", hard.Err())
 	}
 	// A fault left in force leaves the run in doubt, like a failed heal.
-	err = errors.Join(err, finishNemeses(hard, nems))
+	err = errors.Join(err, nemesis.Finish(hard, nems))
 	ferr := r.phase("final", func() error {
 		fctx, cancel := context.WithTimeout(hard, time.Minute)
 		defer cancel()
@@ -321,63 +321,6 @@ func (r *run) execute(ctx context.Context) error {
 		r.errs = append(r.errs, ferr.Error())
 	}
 	return err
-}
-
-// Optional parts of a nemesis the harness uses: the capabilities its
-// targets need (granted only when it is in the run), a probe at setup that
-// refuses a run in which it cannot work, and a last undo at the end of the
-// test phase. The clock nemesis has all three.
-type (
-	capNeeder interface {
-		Caps(group string) []string
-	}
-	preparer interface {
-		Prepare(ctx context.Context, env *nemesis.Env, log *slog.Logger) error
-	}
-	finisher interface {
-		Finish(ctx context.Context) error
-	}
-)
-
-// nemesisCaps returns the extra capabilities of lock-service nodes and of
-// client nodes that nems need.
-func nemesisCaps(nems []nemesis.Nemesis) (nodes, clients []string) {
-	for _, n := range nems {
-		if c, ok := n.(capNeeder); ok {
-			nodes = append(nodes, c.Caps(nemesis.GroupNode)...)
-			clients = append(clients, c.Caps(nemesis.GroupClient)...)
-		}
-	}
-	slices.Sort(nodes)
-	slices.Sort(clients)
-	return slices.Compact(nodes), slices.Compact(clients)
-}
-
-// prepareNemeses runs the nemeses' setup probes.
-func (r *run) prepareNemeses(ctx context.Context, nems []nemesis.Nemesis) error {
-	for _, n := range nems {
-		if p, ok := n.(preparer); ok {
-			if err := p.Prepare(ctx, r.env, r.log.With("nemesis", n.Name())); err != nil {
-				return fmt.Errorf("nemesis %s: %w", n.Name(), err)
-			}
-		}
-	}
-	return nil
-}
-
-// finishNemeses undoes whatever the nemeses still have in force.
-func finishNemeses(ctx context.Context, nems []nemesis.Nemesis) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-	defer cancel()
-	var errs []error
-	for _, n := range nems {
-		if f, ok := n.(finisher); ok {
-			if err := f.Finish(ctx); err != nil {
-				errs = append(errs, fmt.Errorf("nemesis %s at the end of the test: %w", n.Name(), err))
-			}
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // startClients starts, configures and clock-syncs the client agents.

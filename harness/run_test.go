@@ -13,6 +13,7 @@ import (
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/harness/harnesstest"
 	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/memrt"
 	"github.com/splitbrain/splitbrain/targets/inmem"
@@ -25,7 +26,7 @@ func memConfig(t *testing.T, workload string) harness.Config {
 	c.Concurrency, c.Keys = 3, 1
 	c.LeaseTTL, c.Work = 150*time.Millisecond, 20*time.Millisecond
 	c.NemesisInterval, c.FaultMin, c.FaultMax = 300*time.Millisecond, 300*time.Millisecond, 400*time.Millisecond
-	c.PauseTargets = "holder=1"
+	nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = nemesis.Weights{nemesis.GroupHolder: 1}
 	c.Seed = 7
 	c.ResultsDir = t.TempDir()
 	return c

@@ -4,12 +4,56 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"syscall"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/splitbrain/splitbrain/runtime"
 )
+
+func init() {
+	Register(Kind{
+		Name: "kill",
+		Doc:  "SIGKILL a lock node or a client (preferably a holder) and restart it at heal",
+		NewSpec: func() Spec {
+			return &KillSpec{Targets: Weights{GroupNode: 2, GroupHolder: 1}}
+		},
+		Report: Report{
+			Color:       "#1e88e5",
+			Phrase:      func(who, be string) string { return who + " " + be + " killed and restarted" },
+			QuoteDetail: true,
+		},
+	})
+}
+
+// KillSpec is the kill nemesis's settings.
+type KillSpec struct {
+	// Targets weighs the target groups (--kill-targets).
+	Targets Weights `json:"targets"`
+}
+
+var _ Spec = (*KillSpec)(nil)
+
+// Flags implements Spec.
+func (s *KillSpec) Flags(fs *pflag.FlagSet) {
+	fs.Var(&s.Targets, "kill-targets", "weights of what kill stops and restarts: holder, client, node")
+}
+
+// Validate implements Spec.
+func (s *KillSpec) Validate(Target) error {
+	if err := s.Targets.Check(KillGroups); err != nil {
+		return fmt.Errorf("--kill-targets: %w", err)
+	}
+	return nil
+}
+
+// New implements Spec.
+func (s *KillSpec) New(Target) (Nemesis, error) {
+	return &Kill{Weights: maps.Clone(s.Targets), HolderWait: time.Second}, nil
+}
 
 // KillGroups are the target groups kill may pick from. The counter store
 // is not among them: it keeps its counters in memory, and losing them would
@@ -22,7 +66,7 @@ var KillGroups = []string{GroupHolder, GroupClient, GroupNode}
 // client agent comes back empty-handed and is reconnected by the harness.
 type Kill struct {
 	// Weights chooses the target group, e.g. {"node": 2, "holder": 1}.
-	Weights map[string]int
+	Weights Weights
 	// HolderWait bounds the wait for a client in its critical section.
 	HolderWait time.Duration
 }
@@ -34,7 +78,7 @@ func (*Kill) Name() string { return "kill" }
 
 // Inject implements Nemesis.
 func (k *Kill) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, error) {
-	n, err := chooseNode(ctx, env, rng, pick(rng, k.Weights), k.HolderWait)
+	n, err := env.Choose(ctx, rng, k.Weights.Pick(rng), k.HolderWait)
 	if err != nil {
 		return nil, fmt.Errorf("kill: %w", err)
 	}

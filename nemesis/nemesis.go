@@ -1,11 +1,17 @@
 // Package nemesis injects faults into a run: pauses (SIGSTOP) of lock
-// holders and backend nodes, and, in later kinds, partitions, kills and
-// clock skew.
+// holders and backend nodes, kills, network partitions, and (in package
+// nemesis/clock) clock skew.
 //
 // A [Nemesis] knows one kind of fault: Inject starts one and returns a
 // [Fault] whose Heal undoes it. [Run] drives a schedule of faults drawn from
 // several nemeses, records each fault's start and end in the history, and
 // heals whatever is still in force when it returns, on every path.
+//
+// Each fault registers a [Kind] with [Register] from its own file or
+// package: its name, its settings (a typed [Spec] with its flags, checked
+// once and turned into the Nemesis), and how reports show it. Optional
+// parts of a Nemesis ([CapsNeeder], [Preparer], [Finisher]) and of a Spec
+// ([Availability]) are found by type assertion.
 package nemesis
 
 import (
@@ -172,33 +178,16 @@ func Run(ctx context.Context, nemeses []Nemesis, env *Env, sched Schedule, rng *
 	}
 }
 
-// Parse builds the nemeses named in a comma-separated list ("pause" or
-// "none"); known lists the names it accepts.
-func Parse(list string, known map[string]Nemesis) ([]Nemesis, error) {
-	var out []Nemesis
-	for _, name := range strings.Split(list, ",") {
-		name = strings.TrimSpace(name)
-		if name == "" || name == "none" {
-			continue
-		}
-		n, ok := known[name]
-		if !ok {
-			names := make([]string, 0, len(known))
-			for k := range known {
-				names = append(names, k)
-			}
-			slices.Sort(names)
-			return nil, fmt.Errorf("unknown nemesis %q (known: none, %s)", name, strings.Join(names, ", "))
-		}
-		out = append(out, n)
-	}
-	return out, nil
-}
+// Weights weigh target groups: [Weights.Pick] draws a group with
+// probability proportional to its weight. On the command line and in
+// results.json they read "holder=3,node=1" (see [ParseWeights]).
+type Weights map[string]int
 
-// Weights parses "holder=2,node=1" into choices, checking names against
-// allowed.
-func Weights(spec string, allowed []string) (map[string]int, error) {
-	out := map[string]int{}
+// ParseWeights parses "holder=2,node=1" (a bare name weighs 1; a name
+// given twice adds up) and checks it with [Weights.Check] against allowed
+// (nil: any name).
+func ParseWeights(spec string, allowed []string) (Weights, error) {
+	out := Weights{}
 	for _, part := range strings.Split(spec, ",") {
 		part = strings.TrimSpace(part)
 		if part == "" {
@@ -213,38 +202,88 @@ func Weights(spec string, allowed []string) (map[string]int, error) {
 			}
 			weight = v
 		}
-		if !slices.Contains(allowed, name) {
+		if allowed != nil && !slices.Contains(allowed, name) {
 			return nil, fmt.Errorf("unknown target group %q (known: %s)", name, strings.Join(allowed, ", "))
 		}
 		out[name] += weight
 	}
-	total := 0
-	for _, w := range out {
-		total += w
-	}
-	if total == 0 {
+	if out.total() == 0 {
 		return nil, fmt.Errorf("target weights %q select nothing", spec)
 	}
 	return out, nil
 }
 
-// pick draws a name with probability proportional to its weight.
-func pick(rng *rand.Rand, weights map[string]int) string {
-	names := make([]string, 0, len(weights))
-	total := 0
-	for n, w := range weights {
-		names = append(names, n)
-		total += w
+// Check reports a group not in allowed, a negative weight, or weights that
+// select nothing.
+func (w Weights) Check(allowed []string) error {
+	for _, name := range w.names() {
+		if !slices.Contains(allowed, name) {
+			return fmt.Errorf("unknown target group %q (known: %s)", name, strings.Join(allowed, ", "))
+		}
+		if w[name] < 0 {
+			return fmt.Errorf("target group %s has a negative weight", name)
+		}
 	}
-	slices.Sort(names) // map order must not change the draw
-	x := rng.IntN(total)
+	if w.total() == 0 {
+		return fmt.Errorf("target weights %q select nothing", w.String())
+	}
+	return nil
+}
+
+func (w Weights) total() int {
+	t := 0
+	for _, v := range w {
+		t += v
+	}
+	return t
+}
+
+// names returns the groups in a fixed order: map order must not change a
+// draw.
+func (w Weights) names() []string {
+	out := make([]string, 0, len(w))
+	for n := range w {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Pick draws a group with probability proportional to its weight, with
+// one draw of rng whatever the map's order; w must select something.
+func (w Weights) Pick(rng *rand.Rand) string {
+	names := w.names()
+	x := rng.IntN(w.total())
 	for _, n := range names {
-		if x < weights[n] {
+		if x < w[n] {
 			return n
 		}
-		x -= weights[n]
+		x -= w[n]
 	}
 	return names[len(names)-1]
+}
+
+// String formats w as "holder=3,node=1", groups in order.
+func (w Weights) String() string {
+	parts := make([]string, 0, len(w))
+	for _, n := range w.names() {
+		parts = append(parts, n+"="+strconv.Itoa(w[n]))
+	}
+	return strings.Join(parts, ",")
+}
+
+// MarshalText implements encoding.TextMarshaler: w's String form.
+func (w Weights) MarshalText() ([]byte, error) { return []byte(w.String()), nil }
+
+// UnmarshalText implements encoding.TextUnmarshaler: [ParseWeights]
+// without a check of the names (see [Weights.Check]).
+func (w *Weights) UnmarshalText(b []byte) error {
+	v, err := ParseWeights(string(b), nil)
+	if err != nil {
+		return err
+	}
+	*w = v
+	return nil
 }
 
 // once makes a heal idempotent.

@@ -32,7 +32,7 @@ func TestWeights(t *testing.T) {
 		{"holder=x", nil, false},
 	}
 	for _, tt := range tests {
-		got, err := Weights(tt.spec, PauseGroups)
+		got, err := ParseWeights(tt.spec, PauseGroups)
 		if (err == nil) != tt.ok {
 			t.Errorf("%q: err %v", tt.spec, err)
 			continue
@@ -45,13 +45,46 @@ func TestWeights(t *testing.T) {
 	}
 }
 
+func TestWeightsText(t *testing.T) {
+	w, err := ParseWeights("node=1, holder=3,client", KillGroups)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w.String(); got != "client=1,holder=3,node=1" {
+		t.Fatalf("String %q", got)
+	}
+	var back Weights
+	if err := back.UnmarshalText([]byte(w.String())); err != nil || back.String() != w.String() {
+		t.Fatalf("round trip: %v %v", back, err)
+	}
+	if err := (Weights{"store": 1}).Check(KillGroups); err == nil {
+		t.Fatal("store accepted as a kill target")
+	}
+	if err := (Weights{"node": 0}).Check(KillGroups); err == nil {
+		t.Fatal("weights selecting nothing accepted")
+	}
+	if err := (Weights{"node": -1, "holder": 2}).Check(KillGroups); err == nil {
+		t.Fatal("negative weight accepted")
+	}
+}
+
+// TestPickIgnoresZeroWeights: a group of weight 0 takes no draw away.
+func TestPickIgnoresZeroWeights(t *testing.T) {
+	a, b := rand.New(rand.NewPCG(5, 6)), rand.New(rand.NewPCG(5, 6))
+	for i := range 200 {
+		if x, y := (Weights{"holder": 2, "node": 1}).Pick(a), (Weights{"client": 0, "holder": 2, "node": 1, "store": 0}).Pick(b); x != y {
+			t.Fatalf("draw %d: %s without zero weights, %s with", i, x, y)
+		}
+	}
+}
+
 func TestPickFollowsWeightsAndSeed(t *testing.T) {
-	w := map[string]int{"holder": 3, "node": 1}
+	w := Weights{"holder": 3, "node": 1}
 	count := map[string]int{}
 	rng := rand.New(rand.NewPCG(1, 2))
 	var seq []string
 	for range 4000 {
-		p := pick(rng, w)
+		p := w.Pick(rng)
 		count[p]++
 		seq = append(seq, p)
 	}
@@ -60,22 +93,9 @@ func TestPickFollowsWeightsAndSeed(t *testing.T) {
 	}
 	rng = rand.New(rand.NewPCG(1, 2))
 	for i := range 100 {
-		if p := pick(rng, w); p != seq[i] {
+		if p := w.Pick(rng); p != seq[i] {
 			t.Fatalf("draw %d differs with the same seed", i)
 		}
-	}
-}
-
-func TestParse(t *testing.T) {
-	known := map[string]Nemesis{"pause": &Pause{}}
-	if ns, err := Parse("pause, none,", known); err != nil || len(ns) != 1 {
-		t.Fatalf("%v %v", ns, err)
-	}
-	if ns, err := Parse("none", known); err != nil || len(ns) != 0 {
-		t.Fatalf("%v %v", ns, err)
-	}
-	if _, err := Parse("pause,meteor", known); err == nil {
-		t.Fatal("unknown nemesis accepted")
 	}
 }
 

@@ -11,12 +11,77 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/splitbrain/splitbrain/runtime"
 )
 
-// Chain is the iptables chain splitbrain owns in each node; every rule of
-// ours lives in it, so healing is flushing and deleting it.
-const Chain = "SPLITBRAIN"
+func init() {
+	Register(Kind{
+		Name:    "partition",
+		Doc:     "cut the network between groups of nodes (iptables DROP in each node), in a topology drawn from --partitions",
+		NewSpec: func() Spec { return &PartitionSpec{} },
+		Report: Report{
+			Color:       "#1e88e5",
+			Phrase:      func(who, be string) string { return who + " " + be + " cut off by a network partition" },
+			QuoteDetail: true,
+		},
+	})
+}
+
+// PartitionSpec is the partition nemesis's settings.
+type PartitionSpec struct {
+	// Topologies to draw from (--partitions); empty: every topology the
+	// target allows.
+	Topologies List `json:"topologies"`
+}
+
+var (
+	_ Spec         = (*PartitionSpec)(nil)
+	_ Availability = (*PartitionSpec)(nil)
+)
+
+// Flags implements Spec.
+func (s *PartitionSpec) Flags(fs *pflag.FlagSet) {
+	fs.Var(&s.Topologies, "partitions", "partition topologies to draw from (default: all the target allows): "+strings.Join(Topologies(), ", "))
+}
+
+// Validate implements Spec: every topology named must fit t.
+func (s *PartitionSpec) Validate(t Target) error {
+	for _, name := range s.Topologies {
+		if err := CheckTopology(name, t.Size, t.Leads); err != nil {
+			return fmt.Errorf("--partitions: %w", err)
+		}
+	}
+	return nil
+}
+
+// Available implements Availability: some topology must fit t.
+func (s *PartitionSpec) Available(t Target) error {
+	if len(s.topologies(t)) == 0 {
+		return fmt.Errorf("no topology fits target %s", t.Name)
+	}
+	return nil
+}
+
+// New implements Spec.
+func (s *PartitionSpec) New(t Target) (Nemesis, error) {
+	return &Partition{Topologies: s.topologies(t)}, nil
+}
+
+// topologies are the topologies named, or all those that fit t.
+func (s *PartitionSpec) topologies(t Target) []string {
+	if len(s.Topologies) > 0 {
+		return slices.Clone(s.Topologies)
+	}
+	var out []string
+	for _, name := range Topologies() {
+		if CheckTopology(name, t.Size, t.Leads) == nil {
+			out = append(out, name)
+		}
+	}
+	return out
+}
 
 // Grudge says, for each node, the nodes whose packets it drops. A packet
 // from a to b is lost when b holds a grudge against a.
@@ -303,9 +368,9 @@ func Apply(ctx context.Context, env *Env, g Grudge) error {
 		}
 	}
 	return forNodes(ctx, hosts, func(ctx context.Context, n runtime.Node) error {
-		script := []string{"set -e", "iptables -w -N " + Chain, "iptables -w -I INPUT 1 -j " + Chain}
+		script := []string{"set -e", "iptables -w -N " + runtime.IptablesChain, "iptables -w -I INPUT 1 -j " + runtime.IptablesChain}
 		for _, src := range drops[addrs[n.Name()]] {
-			script = append(script, "iptables -w -A "+Chain+" -s "+ShellQuote(src)+" -j DROP")
+			script = append(script, "iptables -w -A "+runtime.IptablesChain+" -s "+ShellQuote(src)+" -j DROP")
 		}
 		if _, err := runtime.Run(ctx, n, "sh", "-c", strings.Join(script, "\n")); err != nil {
 			return fmt.Errorf("install rules in %s: %w", n.Name(), err)
@@ -318,10 +383,10 @@ func Apply(ctx context.Context, env *Env, g Grudge) error {
 // of ours remains.
 func Heal(ctx context.Context, nodes []runtime.Node) error {
 	script := strings.Join([]string{
-		"while iptables -w -D INPUT -j " + Chain + " 2>/dev/null; do :; done",
-		"iptables -w -F " + Chain + " 2>/dev/null || true",
-		"iptables -w -X " + Chain + " 2>/dev/null || true",
-		"! iptables -w -S | grep -q " + Chain,
+		"while iptables -w -D INPUT -j " + runtime.IptablesChain + " 2>/dev/null; do :; done",
+		"iptables -w -F " + runtime.IptablesChain + " 2>/dev/null || true",
+		"iptables -w -X " + runtime.IptablesChain + " 2>/dev/null || true",
+		"! iptables -w -S | grep -q " + runtime.IptablesChain,
 	}, "\n")
 	return forNodes(ctx, nodes, func(ctx context.Context, n runtime.Node) error {
 		if _, err := runtime.Run(ctx, n, "sh", "-c", script); err != nil {

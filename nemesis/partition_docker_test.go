@@ -91,7 +91,7 @@ func TestTopologiesReachability(t *testing.T) {
 	// Heal leaves no rule of ours anywhere.
 	for _, n := range all {
 		out, err := runtime.Run(ctx, n, "iptables", "-w", "-S")
-		if err != nil || strings.Contains(string(out), nemesis.Chain) {
+		if err != nil || strings.Contains(string(out), runtime.IptablesChain) {
 			t.Fatalf("%s: rules left: %s %v", n.Name(), out, err)
 		}
 	}

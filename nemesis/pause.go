@@ -3,12 +3,56 @@ package nemesis
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"syscall"
 	"time"
 
+	"github.com/spf13/pflag"
+
 	"github.com/splitbrain/splitbrain/runtime"
 )
+
+func init() {
+	Register(Kind{
+		Name: "pause",
+		Doc:  "SIGSTOP a lock holder, a client, a lock node or the store; SIGCONT at heal",
+		NewSpec: func() Spec {
+			return &PauseSpec{Targets: Weights{GroupHolder: 3, GroupNode: 1}}
+		},
+		Report: Report{
+			Color:   "#e53935",
+			Phrase:  func(who, be string) string { return who + " " + be + " paused" },
+			Freezes: true,
+		},
+	})
+}
+
+// PauseSpec is the pause nemesis's settings.
+type PauseSpec struct {
+	// Targets weighs the target groups (--pause-targets).
+	Targets Weights `json:"targets"`
+}
+
+var _ Spec = (*PauseSpec)(nil)
+
+// Flags implements Spec.
+func (s *PauseSpec) Flags(fs *pflag.FlagSet) {
+	fs.Var(&s.Targets, "pause-targets", "weights of what pause stops: holder, client, node, store")
+}
+
+// Validate implements Spec.
+func (s *PauseSpec) Validate(Target) error {
+	if err := s.Targets.Check(PauseGroups); err != nil {
+		return fmt.Errorf("--pause-targets: %w", err)
+	}
+	return nil
+}
+
+// New implements Spec.
+func (s *PauseSpec) New(Target) (Nemesis, error) {
+	return &Pause{Weights: maps.Clone(s.Targets), HolderWait: time.Second}, nil
+}
 
 // Target groups a pause may pick from.
 const (
@@ -30,7 +74,7 @@ var PauseGroups = []string{GroupHolder, GroupClient, GroupNode, GroupStore}
 // frozen node looks to everyone else exactly like a partitioned one.
 type Pause struct {
 	// Weights chooses the target group, e.g. {"holder": 2, "node": 1}.
-	Weights map[string]int
+	Weights Weights
 	// HolderWait bounds how long to wait for a client to be in its critical
 	// section before pausing any client instead.
 	HolderWait time.Duration
@@ -43,7 +87,7 @@ func (*Pause) Name() string { return "pause" }
 
 // Inject implements Nemesis.
 func (p *Pause) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, error) {
-	n, err := chooseNode(ctx, env, rng, pick(rng, p.Weights), p.HolderWait)
+	n, err := env.Choose(ctx, rng, p.Weights.Pick(rng), p.HolderWait)
 	if err != nil {
 		return nil, err
 	}
@@ -53,9 +97,10 @@ func (p *Pause) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, er
 	return &pauseFault{node: n}, nil
 }
 
-// chooseNode picks a node of group; for GroupHolder it waits up to
-// holderWait for a client in its critical section, then takes any client.
-func chooseNode(ctx context.Context, env *Env, rng *rand.Rand, group string, holderWait time.Duration) (runtime.Node, error) {
+// Choose draws a node of group (GroupHolder, GroupClient, GroupNode or
+// GroupStore); for GroupHolder it waits up to holderWait for a client in
+// its critical section, then takes any client.
+func (env *Env) Choose(ctx context.Context, rng *rand.Rand, group string, holderWait time.Duration) (runtime.Node, error) {
 	var pool []runtime.Node
 	switch group {
 	case GroupHolder:

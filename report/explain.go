@@ -11,6 +11,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/nemesis"
 )
 
 // Kind says what sort of anomaly an [Anomaly] is.
@@ -715,50 +716,37 @@ func (e *explainer) overlapping(from, to int64) []checkers.Window {
 	return out
 }
 
-// faultWords describes the faults overlapping a client's hold, and when
-// the client itself was resumed (0 if it was not paused).
+// faultWords describes the faults overlapping a client's hold, in the
+// words each fault registered, and when the client itself ran again after
+// a fault that froze it (0 if none did).
 func (e *explainer) faultWords(client string, ws []checkers.Window, before int64) (string, int64) {
 	var parts []string
 	var resumed int64
 	for _, w := range ws {
 		self := slices.Contains(w.Targets, client)
+		who := "the run"
+		if len(w.Targets) > 0 {
+			who = list(w.Targets)
+		}
+		if self {
+			who = "it"
+		}
+		k, known := nemesis.Lookup(w.F)
+		var what string
 		switch {
-		case w.F == "pause" && self:
-			parts = append(parts, "while it was paused "+e.tf.span(w.Start, w.End))
-			if w.Start < before {
-				// The heal is recorded just after the process runs again, so
-				// a write can come first: it resumed by then at the latest.
-				resumed = max(resumed, min(w.End, before))
-			}
-		case w.F == "pause":
-			verb := "was"
-			if len(w.Targets) > 1 {
-				verb = "were"
-			}
-			parts = append(parts, fmt.Sprintf("while %s %s paused %s", list(w.Targets), verb, e.tf.span(w.Start, w.End)))
+		case known && k.Report.Phrase != nil:
+			what = "while " + k.Report.Phrase(who, isAre(w.Targets, self))
 		default:
-			who := "the run"
-			if len(w.Targets) > 0 {
-				who = list(w.Targets)
-			}
-			if self {
-				who = "it"
-			}
-			var what string
-			switch w.F {
-			case "partition":
-				what = "while " + who + " " + isAre(w.Targets, self) + " cut off by a network partition"
-			case "clock":
-				what = "while the clock of " + who + " " + isAre(w.Targets, self) + " skewed"
-			case "kill":
-				what = "while " + who + " " + isAre(w.Targets, self) + " killed and restarted"
-			default:
-				what = "during fault " + w.F + " on " + who
-			}
-			if w.Detail != "" {
-				what += " (" + w.Detail + ")"
-			}
-			parts = append(parts, what+" "+e.tf.span(w.Start, w.End))
+			what = "during fault " + w.F + " on " + who
+		}
+		if w.Detail != "" && (!known || k.Report.QuoteDetail) {
+			what += " (" + w.Detail + ")"
+		}
+		parts = append(parts, what+" "+e.tf.span(w.Start, w.End))
+		if known && k.Report.Freezes && self && w.Start < before {
+			// The heal is recorded just after the process runs again, so
+			// a write can come first: it resumed by then at the latest.
+			resumed = max(resumed, min(w.End, before))
 		}
 	}
 	return strings.Join(parts, "; "), resumed

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/splitbrain/splitbrain/catalog"
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/history"
 )
@@ -325,12 +326,25 @@ func TestExplainFaultWords(t *testing.T) {
 		{checkers.Window{F: "pause", Targets: []string{"n1", "n2"}, Start: at(1), End: at(2)}, "while n1 and n2 were paused from 1.00 s to 2.00 s"},
 		{checkers.Window{F: "partition", Targets: []string{"c3"}, Detail: "isolate", Start: at(1), End: at(2)}, "while it was cut off by a network partition (isolate) from 1.00 s to 2.00 s"},
 		{checkers.Window{F: "clock", Targets: []string{"n1"}, Detail: "bump +3s", Start: at(1), End: at(2)}, "while the clock of n1 was skewed (bump +3s) from 1.00 s to 2.00 s"},
+		{checkers.Window{F: "kill", Targets: []string{"n2"}, Detail: "SIGKILL; restart at heal", Start: at(1), End: at(2)}, "while n2 was killed and restarted (SIGKILL; restart at heal) from 1.00 s to 2.00 s"},
 		{checkers.Window{F: "meteor", Start: at(1), End: at(2)}, "during fault meteor on the run from 1.00 s to 2.00 s"},
 	}
 	for _, tt := range tests {
 		got, _ := e.faultWords("c3", []checkers.Window{tt.w}, at(3))
 		if got != tt.want {
 			t.Errorf("%+v: %q, want %q", tt.w, got, tt.want)
+		}
+	}
+	// A fault that froze the client dates when it ran again; others do not.
+	if _, resumed := e.faultWords("c3", []checkers.Window{tests[0].w}, at(3)); resumed != at(2) {
+		t.Errorf("resumed %d after its own pause, want %d", resumed, at(2))
+	}
+	if _, resumed := e.faultWords("c3", []checkers.Window{tests[2].w}, at(3)); resumed != 0 {
+		t.Errorf("resumed %d after a partition", resumed)
+	}
+	for f, want := range map[string]string{"pause": "#e53935", "clock": "#1e88e5", "meteor": "#1e88e5"} {
+		if got := faultColor(f); got != want {
+			t.Errorf("colour of %s %s, want %s", f, got, want)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/nemesis"
 )
 
 // The report's charts are plain SVG drawn here and written by html/template
@@ -85,11 +86,19 @@ var (
 	}
 )
 
+// faultColor is the colour the fault called f registered (blue for a
+// fault this program does not know).
 func faultColor(f string) string {
-	if f == "pause" {
-		return "#e53935"
+	if k, ok := nemesis.Lookup(f); ok && k.Report.Color != "" {
+		return k.Report.Color
 	}
 	return "#1e88e5"
+}
+
+// freezes says whether the fault called f stops its targets until heal.
+func freezes(f string) bool {
+	k, ok := nemesis.Lookup(f)
+	return ok && k.Report.Freezes
 }
 
 // Plot geometry.
@@ -411,9 +420,9 @@ func timelineChart(holds []checkers.Hold, ax xAxis, faults []checkers.Window, la
 	for _, cl := range clients {
 		c.Texts = append(c.Texts, svgText{X: num(ax.x0 - 6), Y: num(ry(cl) + rowH/2), Text: cl, Anchor: "end", Class: "rowlabel ymid"})
 	}
-	// The client's own pauses, on its row.
+	// The client's own pauses (faults that freeze it), on its row.
 	for _, w := range faults {
-		if w.F != "pause" {
+		if !freezes(w.F) {
 			continue
 		}
 		for _, t := range w.Targets {

@@ -469,8 +469,15 @@ func checkerRows(run *Run) ([]checkerRow, []keyRow) {
 }
 
 func optionRows(run *Run) []kv {
-	// The options as results.json spells them: one name per field.
+	// The options as results.json spells them: one name per field, the
+	// fields of nested objects (a fault's settings) as "faults.clock.min".
 	b, _ := json.Marshal(run.Config)
+	return jsonRows("", b)
+}
+
+// jsonRows flattens the JSON object b into a row per leaf, keys joined
+// with dots after prefix, in key order; "_ns" fields read as durations.
+func jsonRows(prefix string, b []byte) []kv {
 	var opts map[string]json.RawMessage
 	_ = json.Unmarshal(b, &opts)
 	names := make([]string, 0, len(opts))
@@ -481,6 +488,10 @@ func optionRows(run *Run) []kv {
 	var out []kv
 	for _, k := range names {
 		raw := opts[k]
+		if len(raw) > 0 && raw[0] == '{' {
+			out = append(out, jsonRows(prefix+k+".", raw)...)
+			continue
+		}
 		v := string(raw)
 		if strings.HasSuffix(k, "_ns") {
 			var n int64
@@ -496,7 +507,7 @@ func optionRows(run *Run) []kv {
 				v = s
 			}
 		}
-		out = append(out, kv{k, v})
+		out = append(out, kv{prefix + k, v})
 	}
 	return out
 }

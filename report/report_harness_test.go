@@ -8,9 +8,12 @@ import (
 	"testing"
 	"time"
 
+	_ "github.com/splitbrain/splitbrain/catalog"
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/nemesis"
+	"github.com/splitbrain/splitbrain/nemesis/clock"
 	"github.com/splitbrain/splitbrain/report"
 )
 
@@ -27,6 +30,8 @@ func TestReportReadsHarnessResults(t *testing.T) {
 	chk := checkers.Check(t.Context(), in, checkers.Default(checkers.LinearizableOptions{})...)
 	cfg := harness.DefaultConfig()
 	cfg.Workload, cfg.LeaseTTL = "fenced-counter", 300*time.Nanosecond
+	nemesis.SpecOf[*nemesis.PauseSpec](cfg.Faults).Targets = nemesis.Weights{nemesis.GroupHolder: 1}
+	nemesis.SpecOf[*clock.Spec](cfg.Faults).Min = 1500 * time.Millisecond
 	res := harness.Results{
 		Valid: chk.Valid, RunID: "r1", Target: "redis", Workload: cfg.Workload, Nemesis: "pause", Seed: 7, Config: cfg,
 		Started: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Duration: 3 * time.Second, Checkers: chk.Checkers,
@@ -63,6 +68,9 @@ func TestReportReadsHarnessResults(t *testing.T) {
 		t.Errorf("checker sections: %+v", run.Checkers)
 	case len(run.Faults) != 1 || run.Faults[0].Targets[0] != "c1":
 		t.Errorf("faults: %+v", run.Faults)
+	case nemesis.SpecOf[*nemesis.PauseSpec](run.Config.Faults).Targets.String() != "holder=1",
+		nemesis.SpecOf[*clock.Spec](run.Config.Faults).Min != 1500*time.Millisecond:
+		t.Errorf("fault settings: %s", b)
 	}
 	if err := report.Write(dir); err != nil {
 		t.Fatal(err)
@@ -70,5 +78,10 @@ func TestReportReadsHarnessResults(t *testing.T) {
 	page, _ := os.ReadFile(filepath.Join(dir, "report.html"))
 	if !strings.Contains(string(page), `class="banner valid"`) {
 		t.Error("report of a harness result lacks its verdict")
+	}
+	for _, want := range []string{"faults.pause.targets", "holder=1", "faults.clock.min"} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("report's options lack %q", want)
+		}
 	}
 }

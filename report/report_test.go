@@ -24,7 +24,8 @@ func fixture(t testing.TB, dir string, events []history.Event, edit func(map[str
 	rep := checkers.Check(t.Context(), in, checkers.Default(checkers.LinearizableOptions{})...)
 	res := map[string]any{
 		"valid": rep.Valid, "run_id": "120000-abcd", "target": "redis", "workload": "unfenced-counter", "nemesis": "pause", "seed": 42,
-		"options": map[string]any{"target": "redis", "lease_ttl_ns": 300, "time_limit_ns": int64(20 * time.Second), "keys": 1, "pause_targets": "holder=1"},
+		"options": map[string]any{"target": "redis", "lease_ttl_ns": 300, "time_limit_ns": int64(20 * time.Second), "keys": 1,
+			"faults": map[string]any{"pause": map[string]any{"targets": "holder=1"}}},
 		"started": time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC), "duration_ns": int64(3 * time.Second),
 		"phases_ns": map[string]int64{"setup": 1e9, "test": 2e9, "check": 1e6}, "versions": map[string]string{"redis": "7.0.15"},
 		"harness": map[string]string{"go": "go1.26"}, "checkers": rep.Checkers, "faults": checkers.Windows(in.Faults),

@@ -41,6 +41,11 @@ const (
 	CapSysPtrace = "SYS_PTRACE"
 )
 
+// IptablesChain is the iptables chain of splitbrain's rules in a node's
+// network namespace: the partition nemesis installs its DROP rules there,
+// so healing or cleaning up is flushing and deleting it.
+const IptablesChain = "SPLITBRAIN"
+
 // NodeSpec describes a node to start.
 type NodeSpec struct {
 	// Name is unique within a run ("n1", "store", "c3").

@@ -16,6 +16,8 @@ import (
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
+	"github.com/splitbrain/splitbrain/nemesis"
+	"github.com/splitbrain/splitbrain/nemesis/clock"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
@@ -193,6 +195,13 @@ var (
 	}}
 )
 
+// Fencing: the backend's client gives fencing tokens (scenarios that run
+// the fenced counter need one; a client without is refused).
+var Fencing = Need{"a client that gives fencing tokens", func(b targets.Backend) bool {
+	r, err := b.RunRecipe()
+	return err == nil && r.Fencing
+}}
+
 // ForgetsOnKill: a lock service that, killed and restarted in its default
 // configuration, forgets its locks and the fencing tokens it gave.
 var ForgetsOnKill = Need{"a lock service that forgets its tokens when killed", func(b targets.Backend) bool { return !b.Durable }}
@@ -233,11 +242,14 @@ func (s Scenario) needs() string {
 	return strings.Join(out, " and ")
 }
 
+// holders weighs the holder group alone: every fault hits a lock holder.
+func holders() nemesis.Weights { return nemesis.Weights{nemesis.GroupHolder: 1} }
+
 // Catalogue returns every scenario.
 func Catalogue() []Scenario {
 	return []Scenario{
 		{
-			Name: "correct-pattern", AntiPattern: 0,
+			Name: "correct-pattern", AntiPattern: 0, Needs: []Need{Fencing},
 			Title: "lease + owner-checked release + fencing keeps the data correct under pauses, partitions and kills",
 			Apply: func(c *harness.Config, b targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys = "fenced-counter", "pause,partition,kill", 2
@@ -260,29 +272,32 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid), NoEarlyOverlaps: true, MaxStall: 15 * time.Second},
 		},
 		{
-			Name: "holder-lost-recovery", AntiPattern: 0,
+			Name: "holder-lost-recovery", AntiPattern: 0, Needs: []Need{Fencing},
 			Title: "a killed holder's lease expires on the service's side and the lock is granted again",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.KillTargets, c.Keys, c.Concurrency = "fenced-counter", "kill", "holder=1", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), Recovers: true, MaxStall: 8 * time.Second, NoEarlyOverlaps: true},
 		},
 		{
-			Name: "no-expiry-deadlock", AntiPattern: 1, Needs: []Need{RecipeOption("expiry", "none")},
+			Name: "no-expiry-deadlock", AntiPattern: 1, Needs: []Need{RecipeOption("expiry", "none"), Fencing},
 			Title: "a lock without expiry whose holder is killed deadlocks everyone",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.KillTargets, c.Keys, c.Concurrency = "fenced-counter", "kill", "holder=1", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
 				c.RecipeOptions = map[string]string{"expiry": "none"}
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
 			},
 			Expect: Expect{StallToEnd: true, MinStall: 5 * time.Second},
 		},
 		{
-			Name: "long-ttl-unavailable", AntiPattern: 2, Needs: []Need{FixedTTL},
+			Name: "long-ttl-unavailable", AntiPattern: 2, Needs: []Need{FixedTTL, Fencing},
 			Title: "a huge TTL keeps the lock unavailable for a whole TTL after its holder is lost",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.KillTargets, c.Keys, c.Concurrency = "fenced-counter", "kill", "holder=1", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
 				c.LeaseTTL, c.AcquireTimeout = 10*time.Second, 2*time.Second
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
 				c.NemesisInterval = 4 * time.Second
@@ -295,7 +310,8 @@ func Catalogue() []Scenario {
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys = "unfenced-counter", "clock", 1
 				c.RecipeOptions = map[string]string{"expiry": "client"}
-				c.ClockTargets, c.ClockModes, c.ClockDirection = "client=1", "bump", "forward"
+				cs := nemesis.SpecOf[*clock.Spec](c.Faults)
+				cs.Targets, cs.Modes, cs.Direction = nemesis.Weights{nemesis.GroupClient: 1}, nemesis.List{clock.ModeBump}, clock.DirForward
 			},
 			Expect: Expect{MinEarlyOverlaps: 1},
 		},
@@ -303,7 +319,8 @@ func Catalogue() []Scenario {
 			Name: "unchecked-release", AntiPattern: 4, Needs: []Need{RecipeOption("release", "unchecked")},
 			Title: "a release without an ownership check deletes someone else's lock",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.PauseTargets, c.Keys, c.Concurrency = "unfenced-counter", "pause", "holder=1", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "pause", 1, 4
+				nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = holders()
 				c.RecipeOptions = map[string]string{"release": "unchecked"}
 			},
 			Expect: Expect{MinEarlyOverlaps: 1},
@@ -312,13 +329,14 @@ func Catalogue() []Scenario {
 			Name: "unfenced-late-write", AntiPattern: 5,
 			Title: "an expiring lock alone lets a paused holder write late and lose increments",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.PauseTargets, c.Keys, c.Concurrency = "unfenced-counter", "pause", "holder=1", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "pause", 1, 4
+				nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = holders()
 				c.Work, c.NemesisInterval = 300*time.Millisecond, 2*time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
 		{
-			Name: "bypass-writer", AntiPattern: 6, Needs: []Need{SingleNode},
+			Name: "bypass-writer", AntiPattern: 6, Needs: []Need{SingleNode, Fencing},
 			Title: "a writer that skips the token beside fenced clients loses updates despite fencing",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency, c.Bypass = "fenced-counter", "none", 1, 4, "c1"
@@ -326,19 +344,21 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
 		{
-			Name: "single-node-away", AntiPattern: 7, Needs: []Need{SingleNode},
+			Name: "single-node-away", AntiPattern: 7, Needs: []Need{SingleNode, Fencing},
 			Title: "a single-node lock backend partitioned away stops every client",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Partitions, c.Keys = "fenced-counter", "partition", "locks-away", 2
+				c.Workload, c.Nemesis, c.Keys = "fenced-counter", "partition", 2
+				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoLocksAway}
 				c.AcquireTimeout = time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), MinUnavailable: 3, MinStall: 2 * time.Second, MaxStall: 15 * time.Second, Classified: true},
 		},
 		{
-			Name: "single-node-restart", AntiPattern: 7, Needs: []Need{SingleNode, ForgetsOnKill},
+			Name: "single-node-restart", AntiPattern: 7, Needs: []Need{SingleNode, ForgetsOnKill, Fencing},
 			Title: "a single lock node killed and restarted without persistence hands out its fencing tokens again from 1",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.KillTargets, c.Keys, c.Concurrency = "fenced-counter", "kill", "node=1", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = nemesis.Weights{nemesis.GroupNode: 1}
 			},
 			// The lock breaks its promise (tokens go backwards); the store
 			// refuses the low tokens, so the data stays correct, at the cost
@@ -346,23 +366,25 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Invalid), Lock: verdict(checkers.Invalid), Data: verdict(checkers.Valid), MinRejections: 1},
 		},
 		{
-			Name: "busy-vs-unavailable", AntiPattern: 8, Needs: []Need{SeveralMembers},
+			Name: "busy-vs-unavailable", AntiPattern: 8, Needs: []Need{SeveralMembers, Fencing},
 			Title: "a busy lock and an unreachable lock service are told apart and counted separately",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				// Eight clients on one key, each holding it 300 ms: the
 				// queue is longer than the 1 s acquire timeout, so busy
 				// failures happen outside the partitions by construction;
 				// clients cut off from the lock service fail unavailable.
-				c.Workload, c.Nemesis, c.Partitions, c.Keys, c.Concurrency = "fenced-counter", "partition", "clients-from-locks", 1, 8
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "partition", 1, 8
+				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
 				c.AcquireTimeout, c.Work = time.Second, 300*time.Millisecond
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), MinBusy: 1, MinUnavailable: 1, Classified: true, MaxStall: 15 * time.Second},
 		},
 		{
-			Name: "late-writer-drill", AntiPattern: 0,
+			Name: "late-writer-drill", AntiPattern: 0, Needs: []Need{Fencing},
 			Title: "partition a slow holder from the lock service, heal, and watch fencing stop its late write",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Partitions, c.Keys, c.Concurrency = "fenced-counter", "partition", "clients-from-locks", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "partition", 1, 4
+				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
 				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), MinLateRejected: 1},
@@ -401,6 +423,7 @@ func (s Scenario) ConfigFor(b targets.Backend, base harness.Config) (harness.Con
 	}
 	c := base
 	c.Target = b.Name
+	c.Faults = base.Faults.Clone() // Apply changes c's settings, not base's
 	s.Apply(&c, b)
 	return c, nil
 }

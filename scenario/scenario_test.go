@@ -60,7 +60,7 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		"long-ttl-unavailable": "redis",
 		"client-clock-expiry":  "redis",
 		"unchecked-release":    "redis",
-		"unfenced-late-write":  all,
+		"unfenced-late-write":  all + ",redlock",
 		"bypass-writer":        "redis",
 		"single-node-away":     "redis",
 		"single-node-restart":  "redis",

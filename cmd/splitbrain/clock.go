@@ -3,10 +3,10 @@ package main
 import (
 	"github.com/spf13/cobra"
 
-	"github.com/splitbrain/splitbrain/nemesis/clock"
+	"github.com/splitbrain/splitbrain/internal/clockskew"
 )
 
-// newClockCmd is the clock helper (package nemesis/clock's HelperMain),
+// newClockCmd is the clock helper (internal/clockskew's HelperMain),
 // which the clock nemesis execs inside nodes: `splitbrain clock vdso
 // inject --pid 1 --realtime +3s`, `splitbrain clock file set --realtime
 // +3s`, and so on. It keeps the helper's own syntax and exit codes (0 ok,
@@ -21,7 +21,7 @@ func newClockCmd(_ *globalFlags) *cobra.Command {
 			"'splitbrain clock help' for the full syntax.",
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if code := clock.HelperMain(cmd.Context(), args, cmd.OutOrStdout(), cmd.ErrOrStderr()); code != clock.ExitOK {
+			if code := clockskew.HelperMain(cmd.Context(), args, cmd.OutOrStdout(), cmd.ErrOrStderr()); code != clockskew.ExitOK {
 				// The helper printed its one-line error.
 				return &exitError{code: code}
 			}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/clockskew"
 	"github.com/splitbrain/splitbrain/internal/testenv"
 	"github.com/splitbrain/splitbrain/nemesis/clock"
 	"github.com/splitbrain/splitbrain/runtime/images"
@@ -61,7 +62,7 @@ func TestClockRedisVerdicts(t *testing.T) {
 	checkFaults := func(t *testing.T, res map[string]any) {
 		t.Helper()
 		for _, r := range clockFaults(t, res) {
-			if r.Mode != clock.ModeBump || r.Target != "n1" || r.Via != clock.ViaShim || r.Offsets[0] < 2*time.Second ||
+			if r.Mode != clock.ModeBump || r.Target != "n1" || r.Via != clockskew.ViaShim || r.Offsets[0] < 2*time.Second ||
 				strings.Join(r.Clocks, ",") != "realtime" {
 				t.Fatalf("fault %v: want a forward bump of n1's CLOCK_REALTIME past the TTL through the shim", r)
 			}
@@ -122,7 +123,7 @@ func TestClockRedisClientExpiry(t *testing.T) {
 		t.Fatalf("no lost updates (%v)", lost)
 	}
 	for _, r := range clockFaults(t, res) {
-		if r.Via != clock.ViaVDSO || !strings.HasPrefix(r.Target, "c") || r.Offsets[0] < 2*time.Second {
+		if r.Via != clockskew.ViaVDSO || !strings.HasPrefix(r.Target, "c") || r.Offsets[0] < 2*time.Second {
 			t.Fatalf("fault %v: want a client's clock bumped forward by vDSO injection", r)
 		}
 	}
@@ -145,12 +146,14 @@ func TestClockRaftFencedValid(t *testing.T) {
 				t.Fatalf("exit %d, valid %v", code, res["valid"])
 			}
 			for _, r := range clockFaults(t, res) {
-				if r.Via != clock.ViaVDSO || strings.Join(r.Clocks, ",") != "realtime,monotonic" {
+				if r.Via != clockskew.ViaVDSO || strings.Join(r.Clocks, ",") != "realtime,monotonic" {
 					t.Fatalf("fault %v: want both clocks skewed by vDSO injection", r)
 				}
 			}
-			if opts, _ := res["options"].(map[string]any); opts["clock_monotonic"] != true {
-				t.Fatalf("options %v lack clock_monotonic", opts)
+			opts, _ := res["options"].(map[string]any)
+			faults, _ := opts["faults"].(map[string]any)
+			if clk, _ := faults["clock"].(map[string]any); clk["monotonic"] != true {
+				t.Fatalf("options %v lack faults.clock.monotonic", opts)
 			}
 			noErrors(t, res)
 			assertNoLeftovers(t, cli, res["run_id"].(string))

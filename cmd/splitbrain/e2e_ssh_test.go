@@ -24,6 +24,7 @@ import (
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/internal/testenv"
+	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/runtime/images"
@@ -288,12 +289,12 @@ func TestSSHRuntime(t *testing.T) {
 		lab.assertClean(t)
 	})
 
-	etcdRun := func(t *testing.T, workload, pauseTargets string, seed uint64) *harness.Outcome {
+	etcdRun := func(t *testing.T, workload string, pauseTargets nemesis.Weights, seed uint64) *harness.Outcome {
 		t.Helper()
 		cfg := harness.DefaultConfig()
 		cfg.Target, cfg.Workload, cfg.Nemesis = "etcd", workload, "pause"
 		cfg.TimeLimit, cfg.Concurrency, cfg.Keys = 20*time.Second, 4, 1
-		cfg.PauseTargets, cfg.Seed = pauseTargets, seed
+		nemesis.SpecOf[*nemesis.PauseSpec](cfg.Faults).Targets, cfg.Seed = pauseTargets, seed
 		cfg.ResultsDir = t.TempDir()
 		log := slog.New(slog.NewTextHandler(sshTestLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		deps, err := sshDeps(cfg, lab.options(), log, sshTestLog{t})
@@ -325,7 +326,7 @@ func TestSSHRuntime(t *testing.T) {
 	}
 
 	t.Run("etcd fenced under pause is valid", func(t *testing.T) {
-		out := etcdRun(t, "fenced-counter", "holder=3,node=1", 11)
+		out := etcdRun(t, "fenced-counter", nemesis.Weights{nemesis.GroupHolder: 3, nemesis.GroupNode: 1}, 11)
 		if out.Results.Valid != checkers.Valid {
 			t.Fatalf("valid %s, errors %v", out.Results.Valid, out.Results.Errors)
 		}
@@ -338,7 +339,7 @@ func TestSSHRuntime(t *testing.T) {
 	})
 
 	t.Run("etcd unfenced under holder pauses is invalid", func(t *testing.T) {
-		out := etcdRun(t, "unfenced-counter", "holder=1", 4)
+		out := etcdRun(t, "unfenced-counter", nemesis.Weights{nemesis.GroupHolder: 1}, 4)
 		if out.Results.Valid != checkers.Invalid {
 			t.Fatalf("valid %s, errors %v", out.Results.Valid, out.Results.Errors)
 		}

@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	// Every backend, recipe and fault we ship registers itself.
+	// Every backend, lock client and fault we ship.
 	_ "github.com/splitbrain/splitbrain/catalog"
 )
 

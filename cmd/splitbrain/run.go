@@ -31,6 +31,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 		Short: "Run one test: bring up a backend, drive clients under faults, check the history",
 		Example: "  splitbrain run --target " + cfg.Target + " --workload unfenced-counter --nemesis pause --time-limit 30s\n" +
 			"  splitbrain run --target " + cfg.Target + " --workload fenced-counter --nemesis pause --seed 42",
+		Long: "Run one test: bring up a backend, drive clients under faults, check the history.\n\nFaults (--nemesis):\n" + faultDocs(),
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			log, err := g.logger(cmd.ErrOrStderr())
@@ -46,7 +47,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&cfg.Target, "target", cfg.Target, "lock backend: "+strings.Join(targets.Names(), ", "))
 	f.StringVar(&cfg.Workload, "workload", cfg.Workload, "workload: unfenced-counter, fenced-counter")
-	f.StringVar(&cfg.Nemesis, "nemesis", cfg.Nemesis, "comma-separated faults: pause, partition, kill, clock, none")
+	f.StringVar(&cfg.Nemesis, "nemesis", cfg.Nemesis, "comma-separated faults: "+strings.Join(nemesis.Names(), ", ")+", none")
 	f.DurationVar(&cfg.TimeLimit, "time-limit", cfg.TimeLimit, "length of the test phase")
 	f.IntVar(&cfg.Concurrency, "concurrency", cfg.Concurrency, "number of client agents (one container each)")
 	f.IntVar(&cfg.Keys, "keys", cfg.Keys, "number of independent counters (locks)")
@@ -55,15 +56,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	f.DurationVar(&cfg.NemesisInterval, "nemesis-interval", cfg.NemesisInterval, "mean quiet time between faults")
 	f.DurationVar(&cfg.FaultMin, "fault-min", 0, "shortest fault (default: lease TTL + 1s)")
 	f.DurationVar(&cfg.FaultMax, "fault-max", 0, "longest fault (default: 2 x lease TTL + 1s)")
-	f.StringVar(&cfg.PauseTargets, "pause-targets", cfg.PauseTargets, "weights of what pause stops: holder, client, node, store")
-	f.StringVar(&cfg.KillTargets, "kill-targets", cfg.KillTargets, "weights of what kill stops and restarts: holder, client, node")
-	f.StringVar(&cfg.Partitions, "partitions", "", "partition topologies to draw from (default: all the target allows): "+strings.Join(nemesis.Topologies(), ", "))
-	f.StringVar(&cfg.ClockTargets, "clock-targets", cfg.ClockTargets, "weights of whose clock the clock nemesis skews: holder, client, node")
-	f.StringVar(&cfg.ClockModes, "clock-modes", cfg.ClockModes, "clock faults to draw from: bump (one jump), strobe (flip between two offsets every 50-200ms)")
-	f.DurationVar(&cfg.ClockMin, "clock-min", 0, "smallest clock offset (default: lease TTL)")
-	f.DurationVar(&cfg.ClockMax, "clock-max", 0, "largest clock offset (default: 3 x lease TTL)")
-	f.StringVar(&cfg.ClockDirection, "clock-direction", cfg.ClockDirection, "clock offsets go forward, backward or both")
-	f.BoolVar(&cfg.ClockMonotonic, "clock-monotonic", false, "also skew CLOCK_MONOTONIC (what etcd and lockd time leases with); CLOCK_REALTIME always is")
+	cfg.Faults.Flags(f)
 	f.DurationVar(&cfg.AcquireTimeout, "acquire-timeout", cfg.AcquireTimeout, "how long a client waits for a lock")
 	f.DurationVar(&cfg.StoreTimeout, "store-timeout", cfg.StoreTimeout, "timeout of each counter-store request")
 	f.DurationVar(&cfg.OpTimeout, "op-timeout", cfg.OpTimeout, "how long the harness waits for one operation")
@@ -106,6 +99,15 @@ func clientsHelp() string {
 	var b strings.Builder
 	for _, t := range targets.Backends() {
 		fmt.Fprintf(&b, "\n  %s: %s", t.Name, strings.Join(harness.ClientNames(t), ", "))
+	}
+	return b.String()
+}
+
+// faultDocs lists the registered faults, one a line.
+func faultDocs() string {
+	var b strings.Builder
+	for _, k := range nemesis.Kinds() {
+		fmt.Fprintf(&b, "  %-10s %s\n", k.Name, k.Doc)
 	}
 	return b.String()
 }
@@ -173,7 +175,9 @@ func (g *globalFlags) dockerDeps(ctx context.Context, log *slog.Logger, progress
 }
 
 func runTest(ctx context.Context, cfg harness.Config, sf *sshFlags, g *globalFlags, log *slog.Logger, stdout, stderr io.Writer) error {
-	if err := cfg.Validate(nil); err != nil {
+	// Checked once, before anything connects: bad input exits 254 first.
+	plan, err := harness.Prepare(cfg, nil)
+	if err != nil {
 		return err
 	}
 	soft, hard, stop := interrupts(ctx, log)
@@ -181,7 +185,6 @@ func runTest(ctx context.Context, cfg harness.Config, sf *sshFlags, g *globalFla
 	var (
 		deps      harness.Deps
 		closeDeps func()
-		err       error
 	)
 	if sf.enabled() {
 		deps, closeDeps, err = sf.deps(cfg, log, stderr)
@@ -194,7 +197,7 @@ func runTest(ctx context.Context, cfg harness.Config, sf *sshFlags, g *globalFla
 	defer closeDeps()
 	deps.Hard = hard
 	withReports(&deps, stderr)
-	out, err := harness.Run(soft, cfg, deps)
+	out, err := plan.Run(soft, deps)
 	if out != nil {
 		printOutcome(stdout, out)
 	}

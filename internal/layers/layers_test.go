@@ -7,21 +7,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 )
-
-// allowed are the forbidden imports today's tree still has, each removed by
-// the branch its comment names. TEMPORARY: the lead deletes an entry when
-// its branch is merged (the test fails on an entry whose import is gone),
-// and this list with the last one.
-var allowed = map[Edge]string{
-	// The clock mechanism moves to internal/clockskew (h/b-faults).
-	{"targets/redis", "nemesis/clock"}: "h/b-faults",
-	// The SSH clean-up takes the chain's name from below (h/b-faults).
-	{"runtime/ssh", "nemesis"}: "h/b-faults",
-}
 
 // moduleImports lists, with the go command, every package of the module
 // and the module packages its non-test files import.
@@ -89,16 +77,7 @@ func rel(pkg string) string {
 func TestModuleLayering(t *testing.T) {
 	imports := moduleImports(t)
 	for _, v := range Check(imports) {
-		if branch, ok := allowed[v.Edge]; ok {
-			t.Logf("allowed for now (%s): %v", branch, v)
-			continue
-		}
 		t.Errorf("forbidden: %v", v)
-	}
-	for e, branch := range allowed {
-		if !slices.Contains(imports[e.From], e.To) {
-			t.Errorf("%v is allowed for now (%s) but no longer imported: delete it from the allowlist in internal/layers/layers_test.go", e, branch)
-		}
 	}
 }
 

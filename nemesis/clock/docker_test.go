@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/splitbrain/splitbrain/internal/clockskew"
 	"github.com/splitbrain/splitbrain/internal/testenv"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/nemesis/clock"
@@ -52,7 +53,7 @@ func TestClockInContainers(t *testing.T) {
 	agent := func(name string) runtime.Node {
 		n, err := rt.Start(ctx, runtime.NodeSpec{
 			Name: name, Role: runtime.RoleClient, Image: imgs[images.RoleClient], Interactive: true,
-			Cmd:  []string{clock.Helper, "agent"},
+			Cmd:  []string{clockskew.Helper, "agent"},
 			Caps: []string{runtime.CapNetAdmin, runtime.CapSysPtrace},
 		})
 		if err != nil {
@@ -64,7 +65,7 @@ func TestClockInContainers(t *testing.T) {
 	nm := &clock.Nemesis{
 		Modes: []string{clock.ModeBump}, Weights: map[string]int{nemesis.GroupNode: 1, nemesis.GroupClient: 1},
 		MinOffset: time.Second, MaxOffset: time.Second, StrobeMin: 50 * time.Millisecond, StrobeMax: 200 * time.Millisecond,
-		Shims: map[string]clock.Shim{redis.Role: {Now: redis.ServerTime}},
+		Shims: map[string]clockskew.Shim{redis.Role: {Now: redis.ServerTime}},
 	}
 	env := &nemesis.Env{Nodes: []runtime.Node{n1}, Clients: []runtime.Node{c1, c2}}
 	start := time.Now()
@@ -74,11 +75,11 @@ func TestClockInContainers(t *testing.T) {
 	t.Logf("probe of one redis and one agent: %v", time.Since(start).Round(time.Millisecond))
 
 	agentC1, agentC2, server := nm.Process(c1), nm.Process(c2), nm.Process(n1)
-	if agentC1.Via() != clock.ViaVDSO || server.Via() != clock.ViaShim {
+	if agentC1.Via() != clockskew.ViaVDSO || server.Via() != clockskew.ViaShim {
 		t.Fatalf("mechanisms %s, %s", agentC1.Via(), server.Via())
 	}
 	// check asserts a process's observed offsets.
-	check := func(p *clock.Process, want clock.Offsets) {
+	check := func(p *clockskew.Process, want clockskew.Offsets) {
 		t.Helper()
 		obs, err := p.Verify(ctx, want)
 		if err != nil {
@@ -115,12 +116,12 @@ func TestClockInContainers(t *testing.T) {
 		}
 	}
 
-	agentSkew := clock.Offsets{Realtime: time.Hour, Monotonic: 30 * time.Second}
+	agentSkew := clockskew.Offsets{Realtime: time.Hour, Monotonic: 30 * time.Second}
 	if err := agentC1.Set(ctx, agentSkew); err != nil {
 		t.Fatal(err)
 	}
 	check(agentC1, agentSkew)
-	redisSkew := clock.Offsets{Realtime: -45 * time.Second}
+	redisSkew := clockskew.Offsets{Realtime: -45 * time.Second}
 	if err := server.Set(ctx, redisSkew); err != nil {
 		t.Fatal(err)
 	}
@@ -128,10 +129,10 @@ func TestClockInContainers(t *testing.T) {
 	check(agentC1, agentSkew) // unchanged by Redis's skew
 	// The other container's agent keeps true time (injected with zero
 	// offsets so that its clock can be read).
-	if err := agentC2.Set(ctx, clock.Offsets{}); err != nil {
+	if err := agentC2.Set(ctx, clockskew.Offsets{}); err != nil {
 		t.Fatal(err)
 	}
-	check(agentC2, clock.Offsets{})
+	check(agentC2, clockskew.Offsets{})
 	// Only PID 1 is skewed: a new process in the same container is not.
 	for _, n := range []runtime.Node{c1, n1, c2} {
 		if d := wallIn(n); d.Abs() > time.Second {
@@ -156,7 +157,7 @@ func TestClockInContainers(t *testing.T) {
 	if got := redisCLI("SET", "lock:k", "holder", "PX", "5000"); got != "OK" {
 		t.Fatalf("SET: %q", got)
 	}
-	if err := server.Set(ctx, clock.Offsets{Realtime: 10 * time.Second}); err != nil {
+	if err := server.Set(ctx, clockskew.Offsets{Realtime: 10 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
 	if got := redisCLI("SET", "lock:k", "thief", "NX", "PX", "5000"); got != "OK" {
@@ -164,14 +165,14 @@ func TestClockInContainers(t *testing.T) {
 	}
 
 	// Reset: every process back on true time, the vDSO restored.
-	for _, p := range []*clock.Process{agentC1, agentC2, server} {
+	for _, p := range []*clockskew.Process{agentC1, agentC2, server} {
 		if err := p.Reset(ctx); err != nil {
 			t.Fatal(err)
 		}
-		check(p, clock.Offsets{})
+		check(p, clockskew.Offsets{})
 	}
 	for _, n := range []runtime.Node{c1, c2} {
-		out, err := runtime.Run(ctx, n, clock.Helper, "clock", "vdso", "show", "--pid", "1")
+		out, err := runtime.Run(ctx, n, clockskew.Helper, "clock", "vdso", "show", "--pid", "1")
 		if err != nil || !strings.Contains(string(out), "patched: none (restored)") {
 			t.Fatalf("%s after reset: %q %v", n.Name(), out, err)
 		}

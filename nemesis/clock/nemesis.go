@@ -1,3 +1,7 @@
+// Package clock is the clock nemesis: it skews the clock of one process at
+// a time, never the host's, through the mechanism of internal/clockskew
+// (vDSO injection for Go programs, the LD_PRELOAD shim for the roles a
+// target runs under it). It registers itself as the fault "clock".
 package clock
 
 import (
@@ -5,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -12,6 +17,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/spf13/pflag"
+
+	"github.com/splitbrain/splitbrain/internal/clockskew"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/runtime"
 )
@@ -43,6 +51,94 @@ var Directions = []string{DirBoth, DirForward, DirBackward}
 // pause, without the counter store (whose clock nothing depends on).
 var Groups = []string{nemesis.GroupHolder, nemesis.GroupClient, nemesis.GroupNode}
 
+func init() {
+	nemesis.Register(nemesis.Kind{
+		Name: "clock",
+		Doc:  "skew the clock of one process (a lock node, a holder or a client): one jump, or flips between two offsets",
+		NewSpec: func() nemesis.Spec {
+			return &Spec{
+				Targets:   nemesis.Weights{nemesis.GroupNode: 1, nemesis.GroupHolder: 1, nemesis.GroupClient: 1},
+				Modes:     nemesis.List{ModeBump, ModeStrobe},
+				Direction: DirBoth,
+				StrobeMin: 50 * time.Millisecond, StrobeMax: 200 * time.Millisecond,
+			}
+		},
+		Report: nemesis.Report{
+			Color:       "#1e88e5",
+			Phrase:      func(who, be string) string { return "the clock of " + who + " " + be + " skewed" },
+			QuoteDetail: true,
+		},
+	})
+}
+
+// Spec is the clock nemesis's settings.
+type Spec struct {
+	// Targets weighs whose clock is skewed (--clock-targets): Groups.
+	Targets nemesis.Weights `json:"targets"`
+	// Modes to draw from (--clock-modes): ModeBump, ModeStrobe.
+	Modes nemesis.List `json:"modes"`
+	// Min and Max bound an offset's size (--clock-min, --clock-max); zero
+	// derives them from the lease: TTL .. 3×TTL, a jump that matters.
+	Min time.Duration `json:"min_ns"`
+	Max time.Duration `json:"max_ns"`
+	// Direction is DirForward, DirBackward or DirBoth (--clock-direction).
+	Direction string `json:"direction"`
+	// Monotonic also skews CLOCK_MONOTONIC, which etcd and lockd time
+	// their leases with (--clock-monotonic); CLOCK_REALTIME always is.
+	Monotonic bool `json:"monotonic"`
+	// StrobeMin and StrobeMax bound a strobe's time between flips.
+	StrobeMin time.Duration `json:"strobe_min_ns"`
+	StrobeMax time.Duration `json:"strobe_max_ns"`
+}
+
+var _ nemesis.Spec = (*Spec)(nil)
+
+// Flags implements nemesis.Spec.
+func (s *Spec) Flags(fs *pflag.FlagSet) {
+	fs.Var(&s.Targets, "clock-targets", "weights of whose clock the clock nemesis skews: holder, client, node")
+	fs.Var(&s.Modes, "clock-modes", "clock faults to draw from: bump (one jump), strobe (flip between two offsets every 50-200ms)")
+	fs.DurationVar(&s.Min, "clock-min", s.Min, "smallest clock offset (default: lease TTL)")
+	fs.DurationVar(&s.Max, "clock-max", s.Max, "largest clock offset (default: 3 x lease TTL)")
+	fs.StringVar(&s.Direction, "clock-direction", s.Direction, "clock offsets go forward, backward or both")
+	fs.BoolVar(&s.Monotonic, "clock-monotonic", s.Monotonic, "also skew CLOCK_MONOTONIC (what etcd and lockd time leases with); CLOCK_REALTIME always is")
+}
+
+// Validate implements nemesis.Spec.
+func (s *Spec) Validate(t nemesis.Target) error {
+	if err := s.Targets.Check(Groups); err != nil {
+		return fmt.Errorf("--clock-targets: %w", err)
+	}
+	if err := s.nemesis(t).Validate(); err != nil {
+		return fmt.Errorf("clock nemesis: %w (check --clock-modes, --clock-min, --clock-max, --clock-direction)", err)
+	}
+	return nil
+}
+
+// New implements nemesis.Spec. The target's shimmed roles are skewed
+// through the shim (verified by their own time query), all other processes
+// by vDSO injection.
+func (s *Spec) New(t nemesis.Target) (nemesis.Nemesis, error) { return s.nemesis(t), nil }
+
+func (s *Spec) nemesis(t nemesis.Target) *Nemesis {
+	lo, hi := s.Min, s.Max
+	if lo == 0 {
+		lo = t.LeaseTTL
+	}
+	if hi == 0 {
+		hi = max(lo, 3*t.LeaseTTL)
+	}
+	shims := map[string]clockskew.Shim{}
+	for role, now := range t.ShimClocks {
+		shims[role] = clockskew.Shim{Now: now}
+	}
+	return &Nemesis{
+		Modes: slices.Clone(s.Modes), Weights: maps.Clone(s.Targets), MinOffset: lo, MaxOffset: hi,
+		Direction: s.Direction, Monotonic: s.Monotonic,
+		StrobeMin: s.StrobeMin, StrobeMax: s.StrobeMax, HolderWait: time.Second,
+		Shims: shims,
+	}
+}
+
 // Nemesis skews the clock of one process at a time, never the host's: a
 // lock-service node's main process or a client agent (preferably one in
 // its critical section). Go programs are skewed by vDSO injection, the
@@ -60,7 +156,7 @@ type Nemesis struct {
 	Modes []string
 	// Weights chooses the target group (nemesis.GroupHolder,
 	// nemesis.GroupClient, nemesis.GroupNode).
-	Weights map[string]int
+	Weights nemesis.Weights
 	// MinOffset and MaxOffset bound an offset's size.
 	MinOffset, MaxOffset time.Duration
 	// Direction is DirBoth (the default), DirForward or DirBackward.
@@ -74,9 +170,9 @@ type Nemesis struct {
 	HolderWait time.Duration
 	// Shims maps a node role to the way its processes are skewed through
 	// the LD_PRELOAD shim; other roles are skewed by vDSO injection.
-	Shims map[string]Shim
+	Shims map[string]clockskew.Shim
 	// Tolerance is how far an observed offset may be from the one set,
-	// besides the observation's uncertainty (0: DefaultTolerance).
+	// besides the observation's uncertainty (0: the mechanism's default, 100ms).
 	Tolerance time.Duration
 	// Log receives the strobe's progress (nil: discard).
 	Log *slog.Logger
@@ -85,7 +181,12 @@ type Nemesis struct {
 	touched map[string]runtime.Node // skewed and not yet reset
 }
 
-var _ nemesis.Nemesis = (*Nemesis)(nil)
+var (
+	_ nemesis.Nemesis    = (*Nemesis)(nil)
+	_ nemesis.CapsNeeder = (*Nemesis)(nil)
+	_ nemesis.Preparer   = (*Nemesis)(nil)
+	_ nemesis.Finisher   = (*Nemesis)(nil)
+)
 
 // Name implements nemesis.Nemesis.
 func (*Nemesis) Name() string { return "clock" }
@@ -144,14 +245,12 @@ func (nm *Nemesis) Caps(group string) []string {
 }
 
 // Process returns the clock of n's main process as the nemesis drives it.
-func (nm *Nemesis) Process(n runtime.Node) *Process {
-	var shim *Shim
+func (nm *Nemesis) Process(n runtime.Node) *clockskew.Process {
+	var shim *clockskew.Shim
 	if s, ok := nm.Shims[n.Role()]; ok {
 		shim = &s
 	}
-	p := NewProcess(n, shim, nm.Tolerance)
-	p.touch = nm.touch
-	return p
+	return clockskew.NewProcess(n, shim, nm.Tolerance).OnSkew(nm.touch)
 }
 
 func (nm *Nemesis) touch(n runtime.Node, skewed bool) {
@@ -187,16 +286,14 @@ func (nm *Nemesis) candidates(env *nemesis.Env) []runtime.Node {
 }
 
 // Prepare probes, with zero offsets, one node of every role the nemesis may
-// pick (see [Process.Check]), so that a run that cannot skew a target is
+// pick (see [clockskew.Process.Check]), so that a run that cannot skew a target is
 // refused at its start instead of running without the fault. The error is
 // one line naming the fix. log becomes the nemesis's Log unless it has
-// one; Prepare must be called before the nemesis is in use.
+// one; Prepare must be called before the nemesis is in use. The settings
+// are those [Spec.Validate] checked ([Nemesis.Validate]).
 func (nm *Nemesis) Prepare(ctx context.Context, env *nemesis.Env, log *slog.Logger) error {
 	if nm.Log == nil {
 		nm.Log = log
-	}
-	if err := nm.Validate(); err != nil {
-		return fmt.Errorf("clock nemesis: %w", err)
 	}
 	seen := map[string]bool{}
 	var probe []runtime.Node
@@ -294,8 +391,8 @@ func (nm *Nemesis) clocks() []string {
 }
 
 // offsets turns a signed amount into the offsets of the skewed clocks.
-func (nm *Nemesis) offsets(d time.Duration) Offsets {
-	o := Offsets{Realtime: d}
+func (nm *Nemesis) offsets(d time.Duration) clockskew.Offsets {
+	o := clockskew.Offsets{Realtime: d}
 	if nm.Monotonic {
 		o.Monotonic = d
 	}
@@ -325,8 +422,8 @@ func (nm *Nemesis) draw(rng *rand.Rand) time.Duration {
 // Inject implements nemesis.Nemesis: it picks a target and a mode, skews
 // the target's clock and verifies the skew before returning.
 func (nm *Nemesis) Inject(ctx context.Context, env *nemesis.Env, rng *rand.Rand) (nemesis.Fault, error) {
-	group := pick(rng, nm.Weights)
-	node, err := chooseNode(ctx, env, rng, group, nm.HolderWait)
+	group := nm.Weights.Pick(rng)
+	node, err := env.Choose(ctx, rng, group, nm.HolderWait)
 	if err != nil {
 		return nil, fmt.Errorf("clock: %w", err)
 	}
@@ -374,7 +471,7 @@ func (nm *Nemesis) Inject(ctx context.Context, env *nemesis.Env, rng *rand.Rand)
 // fault is one clock fault in force.
 type fault struct {
 	nm    *Nemesis
-	proc  *Process
+	proc  *clockskew.Process
 	rec   Record
 	stop  context.CancelFunc // strobe only
 	done  chan struct{}      // closed when the strobe has stopped
@@ -457,62 +554,4 @@ func (f *fault) strobe(ctx context.Context, rng *rand.Rand) {
 		}
 		f.flips.Add(1)
 	}
-}
-
-// pick draws a name with probability proportional to its weight, in an
-// order independent of the map's.
-func pick(rng *rand.Rand, weights map[string]int) string {
-	names := make([]string, 0, len(weights))
-	total := 0
-	for n, w := range weights {
-		if w > 0 {
-			names = append(names, n)
-			total += w
-		}
-	}
-	slices.Sort(names)
-	x := rng.IntN(total)
-	for _, n := range names {
-		if x < weights[n] {
-			return n
-		}
-		x -= weights[n]
-	}
-	return names[len(names)-1]
-}
-
-// chooseNode picks a node of group; for GroupHolder it waits up to
-// holderWait for a client in its critical section, then takes any client.
-func chooseNode(ctx context.Context, env *nemesis.Env, rng *rand.Rand, group string, holderWait time.Duration) (runtime.Node, error) {
-	var pool []runtime.Node
-	switch group {
-	case nemesis.GroupHolder:
-		if env.InCriticalSection != nil {
-			deadline := time.Now().Add(holderWait)
-			for {
-				if names := env.InCriticalSection(); len(names) > 0 {
-					if n, ok := env.Node(names[rng.IntN(len(names))]); ok {
-						return n, nil
-					}
-				}
-				if time.Now().After(deadline) {
-					break
-				}
-				select {
-				case <-ctx.Done():
-					return nil, ctx.Err()
-				case <-time.After(5 * time.Millisecond):
-				}
-			}
-		}
-		pool = env.Clients
-	case nemesis.GroupClient:
-		pool = env.Clients
-	case nemesis.GroupNode:
-		pool = env.Nodes
-	}
-	if len(pool) == 0 {
-		return nil, fmt.Errorf("no node in group %q", group)
-	}
-	return pool[rng.IntN(len(pool))], nil
 }

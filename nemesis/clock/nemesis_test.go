@@ -4,204 +4,27 @@ package clock
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/clockskew"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/memrt"
 )
 
-// fakeProc is the clock state of one fake node's main process.
-type fakeProc struct {
-	injected, patched bool
-	vdso              Offsets // in the injected page
-	file              *Offsets
-	shimLoaded        bool
-}
-
-// fakeHelper answers `splitbrain clock ...` (and the shim checks' grep) as
-// the real helper would, over in-memory state, so that the nemesis's logic
-// runs without containers.
-type fakeHelper struct {
-	mu    sync.Mutex
-	procs map[string]*fakeProc
-	// denied makes vdso inject fail as ptrace refused (exit 3).
-	denied map[string]bool
-	// stuck makes restore and file reset leave the offsets in place.
-	stuck map[string]bool
-	calls []string
-}
-
-func newFakeHelper() *fakeHelper {
-	return &fakeHelper{procs: map[string]*fakeProc{}, denied: map[string]bool{}, stuck: map[string]bool{}}
-}
-
-func (h *fakeHelper) proc(node string) *fakeProc {
-	p, ok := h.procs[node]
-	if !ok {
-		p = &fakeProc{shimLoaded: true}
-		h.procs[node] = p
-	}
-	return p
-}
-
-// state returns a copy of node's state.
-func (h *fakeHelper) state(node string) fakeProc {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	p := *h.proc(node)
-	if p.file != nil {
-		f := *p.file
-		p.file = &f
-	}
-	return p
-}
-
-func (h *fakeHelper) count(prefix string) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, c := range h.calls {
-		if strings.HasPrefix(c, prefix) {
-			n++
-		}
-	}
-	return n
-}
-
-func fail(code int, format string, args ...any) (runtime.ExecResult, error) {
-	return runtime.ExecResult{ExitCode: code, Stderr: fmt.Appendf(nil, format+"\n", args...)},
-		fmt.Errorf("exit %d: %w", code, runtime.ErrExit)
-}
-
-func (h *fakeHelper) exec(_ context.Context, node string, argv []string) (runtime.ExecResult, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.calls = append(h.calls, node+" "+strings.Join(argv, " "))
-	p := h.proc(node)
-	if argv[0] == "grep" { // grep -qF -- PATH /proc/1/maps
-		path := argv[3]
-		if (path == ShimPath && p.shimLoaded) || (path == DefaultControlPath && p.file != nil && p.shimLoaded) {
-			return runtime.ExecResult{}, nil
-		}
-		return runtime.ExecResult{ExitCode: 1}, fmt.Errorf("exit 1: %w", runtime.ErrExit)
-	}
-	if len(argv) < 4 || argv[0] != Helper || argv[1] != "clock" {
-		return fail(127, "unexpected command %v", argv)
-	}
-	mech, op := argv[2], argv[3]
-	fs := flag.NewFlagSet(op, flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	pid := fs.Int("pid", 0, "")
-	fs.String("path", "", "")
-	asJSON := fs.Bool("json", false, "")
-	var rt, mono durationFlag
-	fs.Var(&rt, "realtime", "")
-	fs.Var(&mono, "monotonic", "")
-	if err := fs.Parse(argv[4:]); err != nil {
-		return fail(ExitUsage, "clock %s %s: %v", mech, op, err)
-	}
-	if mech == "vdso" && *pid != 1 {
-		return fail(ExitUsage, "want --pid 1")
-	}
-	merge := func(o Offsets) Offsets {
-		if rt.set {
-			o.Realtime = rt.d
-		}
-		if mono.set {
-			o.Monotonic = mono.d
-		}
-		return o
-	}
-	ok := func(out string) (runtime.ExecResult, error) { return runtime.ExecResult{Stdout: []byte(out)}, nil }
-	now := time.Now()
-	switch mech + " " + op {
-	case "vdso inject":
-		if h.denied[node] {
-			return fail(ExitEnv, "clock vdso inject: ptrace refused: needs CAP_SYS_PTRACE and no seccomp/YAMA block; run the container with --cap-add SYS_PTRACE: operation not permitted")
-		}
-		p.injected, p.patched, p.vdso = true, true, merge(p.vdso)
-		return ok("pid 1: injected\n")
-	case "vdso set":
-		if !p.injected {
-			return fail(ExitOther, "clock vdso set: clock skew not injected into process (run inject first)")
-		}
-		p.vdso = merge(p.vdso)
-		return ok("pid 1: set\n")
-	case "vdso restore":
-		if p.injected && !h.stuck[node] {
-			p.patched, p.vdso = false, Offsets{}
-		}
-		return ok("pid 1: restored\n")
-	case "vdso show":
-		patched := []string{}
-		if p.patched {
-			patched = []string{"__vdso_clock_gettime", "__vdso_gettimeofday", "__vdso_time"}
-		}
-		b, _ := json.Marshal(map[string]any{"pid": 1, "injected": p.injected, "patched": patched})
-		return ok(string(b) + "\n")
-	case "vdso now":
-		if !p.injected {
-			return fail(ExitOther, "clock vdso now: clock skew not injected into process (run inject first)")
-		}
-		off := Offsets{}
-		if p.patched {
-			off = p.vdso
-		}
-		if !*asJSON {
-			return fail(ExitUsage, "want --json")
-		}
-		b, _ := json.Marshal(nowJSON{
-			Realtime: now.Add(off.Realtime), TrueRealtime: now,
-			Monotonic: time.Hour + off.Monotonic, TrueMonotonic: time.Hour, Uncertainty: 30 * time.Microsecond,
-		})
-		return ok(string(b) + "\n")
-	case "file set":
-		cur := Offsets{}
-		if p.file != nil {
-			cur = *p.file
-		}
-		cur = merge(cur)
-		p.file = &cur
-		return ok("file set\n")
-	case "file reset":
-		if p.file != nil && !h.stuck[node] {
-			*p.file = Offsets{}
-		}
-		return ok("file reset\n")
-	}
-	return fail(ExitUsage, "clock: unknown operation %s %s", mech, op)
-}
-
-// shimNow is the fake shimmed process's time query: true time plus the
-// control file's realtime offset.
-func (h *fakeHelper) shimNow(_ context.Context, n runtime.Node) (time.Time, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	p := h.proc(n.Name())
-	if p.file == nil || !p.shimLoaded {
-		return time.Now(), nil
-	}
-	return time.Now().Add(p.file.Realtime), nil
-}
-
 // fakeEnv starts nodes n1 (role lockRole) and clients c1, c2 on an
 // in-memory runtime whose execs the fake helper answers.
-func fakeEnv(t *testing.T, h *fakeHelper, lockRole string) *nemesis.Env {
+func fakeEnv(t *testing.T, h *clockskew.FakeHelper, lockRole string) *nemesis.Env {
 	t.Helper()
 	idle := func(ctx context.Context, _ *memrt.Proc) error { <-ctx.Done(); return nil }
-	rt := memrt.New(map[string]memrt.Program{lockRole: idle, runtime.RoleClient: idle}, h.exec)
+	rt := memrt.New(map[string]memrt.Program{lockRole: idle, runtime.RoleClient: idle}, h.Exec)
 	t.Cleanup(func() { rt.Close(context.Background()) })
 	start := func(name, role string) runtime.Node {
 		n, err := rt.Start(context.Background(), runtime.NodeSpec{Name: name, Role: role})
@@ -216,12 +39,12 @@ func fakeEnv(t *testing.T, h *fakeHelper, lockRole string) *nemesis.Env {
 	}
 }
 
-func testNemesis(h *fakeHelper) *Nemesis {
+func testNemesis(h *clockskew.FakeHelper) *Nemesis {
 	return &Nemesis{
 		Modes: []string{ModeBump}, Weights: map[string]int{nemesis.GroupNode: 1},
 		MinOffset: 2 * time.Second, MaxOffset: 6 * time.Second, Direction: DirBoth,
 		StrobeMin: 5 * time.Millisecond, StrobeMax: 10 * time.Millisecond,
-		Shims: map[string]Shim{"redis": {Now: h.shimNow}},
+		Shims: map[string]clockskew.Shim{"redis": {Now: h.Now}},
 	}
 }
 
@@ -233,14 +56,14 @@ func TestNemesisBumpHeal(t *testing.T) {
 		direction string
 		wantVia   string
 	}{
-		{"etcd realtime forward", "etcd", false, DirForward, ViaVDSO},
-		{"lockd realtime and monotonic backward", "lockd", true, DirBackward, ViaVDSO},
-		{"redis through the shim", "redis", false, DirForward, ViaShim},
-		{"redis both ways with monotonic", "redis", true, DirBoth, ViaShim},
+		{"etcd realtime forward", "etcd", false, DirForward, clockskew.ViaVDSO},
+		{"lockd realtime and monotonic backward", "lockd", true, DirBackward, clockskew.ViaVDSO},
+		{"redis through the shim", "redis", false, DirForward, clockskew.ViaShim},
+		{"redis both ways with monotonic", "redis", true, DirBoth, clockskew.ViaShim},
 	}
 	for i, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newFakeHelper()
+			h := clockskew.NewFakeHelper()
 			env := fakeEnv(t, h, tt.role)
 			nm := testNemesis(h)
 			nm.Direction, nm.Monotonic = tt.direction, tt.monotonic
@@ -265,18 +88,18 @@ func TestNemesisBumpHeal(t *testing.T) {
 				t.Fatalf("observed %v, offset %v", rec.Observed, off)
 			}
 			wantClocks := []string{"realtime"}
-			want := Offsets{Realtime: off}
+			want := clockskew.Offsets{Realtime: off}
 			if tt.monotonic {
 				wantClocks, want.Monotonic = append(wantClocks, "monotonic"), off
 			}
 			if !slices.Equal(rec.Clocks, wantClocks) {
 				t.Fatalf("clocks %v, want %v", rec.Clocks, wantClocks)
 			}
-			st := h.state("n1")
-			got := st.vdso
-			if tt.wantVia == ViaShim {
-				got = *st.file
-				if st.injected {
+			st := h.State("n1")
+			got := st.VDSO
+			if tt.wantVia == clockskew.ViaShim {
+				got = *st.File
+				if st.Injected {
 					t.Fatal("a shimmed process was ptrace-injected")
 				}
 			}
@@ -289,16 +112,16 @@ func TestNemesisBumpHeal(t *testing.T) {
 			if err := f.Heal(ctx); err != nil {
 				t.Fatal(err)
 			}
-			st = h.state("n1")
-			if st.patched || st.vdso != (Offsets{}) || (st.file != nil && *st.file != (Offsets{})) {
+			st = h.State("n1")
+			if st.Patched || st.VDSO != (clockskew.Offsets{}) || (st.File != nil && *st.File != (clockskew.Offsets{})) {
 				t.Fatalf("after heal: %+v", st)
 			}
 			if s := nm.Skewed(); len(s) != 0 {
 				t.Fatalf("still skewed after heal: %v", s)
 			}
-			calls := h.count("")
-			if err := f.Heal(ctx); err != nil || h.count("") != calls {
-				t.Fatalf("second heal: %v, %d more execs", err, h.count("")-calls)
+			calls := h.Calls("")
+			if err := f.Heal(ctx); err != nil || h.Calls("") != calls {
+				t.Fatalf("second heal: %v, %d more execs", err, h.Calls("")-calls)
 			}
 			if err := nm.Finish(ctx); err != nil {
 				t.Fatal(err)
@@ -308,7 +131,7 @@ func TestNemesisBumpHeal(t *testing.T) {
 }
 
 func TestNemesisStrobe(t *testing.T) {
-	h := newFakeHelper()
+	h := clockskew.NewFakeHelper()
 	env := fakeEnv(t, h, "etcd")
 	nm := testNemesis(h)
 	nm.Modes, nm.Weights = []string{ModeStrobe}, map[string]int{nemesis.GroupClient: 1}
@@ -326,10 +149,10 @@ func TestNemesisStrobe(t *testing.T) {
 		t.Fatalf("record %+v", rec)
 	}
 	seen := map[time.Duration]bool{}
-	flipCalls := rec.Target + " " + Helper + " clock vdso set"
+	flipCalls := rec.Target + " " + clockskew.Helper + " clock vdso set"
 	deadline := time.Now().Add(5 * time.Second)
-	for (len(seen) < 2 || h.count(flipCalls) < 3) && time.Now().Before(deadline) {
-		seen[h.state(rec.Target).vdso.Realtime] = true
+	for (len(seen) < 2 || h.Calls(flipCalls) < 3) && time.Now().Before(deadline) {
+		seen[h.State(rec.Target).VDSO.Realtime] = true
 		time.Sleep(time.Millisecond)
 	}
 	if !seen[rec.Offsets[0]] || !seen[rec.Offsets[1]] {
@@ -338,21 +161,21 @@ func TestNemesisStrobe(t *testing.T) {
 	if err := f.Heal(ctx); err != nil {
 		t.Fatal(err)
 	}
-	flips := h.count(flipCalls)
+	flips := h.Calls(flipCalls)
 	if flips < 3 {
 		t.Fatalf("%d flips", flips)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if n := h.count(flipCalls); n != flips {
+	if n := h.Calls(flipCalls); n != flips {
 		t.Fatalf("strobe flipped %d more times after heal", n-flips)
 	}
-	if st := h.state(rec.Target); st.patched || st.vdso != (Offsets{}) {
+	if st := h.State(rec.Target); st.Patched || st.VDSO != (clockskew.Offsets{}) {
 		t.Fatalf("after heal: %+v", st)
 	}
 }
 
 func TestNemesisHolderPreferred(t *testing.T) {
-	h := newFakeHelper()
+	h := clockskew.NewFakeHelper()
 	env := fakeEnv(t, h, "etcd")
 	env.InCriticalSection = func() []string { return []string{"c2"} }
 	nm := testNemesis(h)
@@ -370,7 +193,7 @@ func TestNemesisHolderPreferred(t *testing.T) {
 func TestNemesisUnverifiedResetIsHealError(t *testing.T) {
 	for _, role := range []string{"etcd", "redis"} {
 		t.Run(role, func(t *testing.T) {
-			h := newFakeHelper()
+			h := clockskew.NewFakeHelper()
 			env := fakeEnv(t, h, role)
 			nm := testNemesis(h)
 			nm.Direction = DirForward
@@ -379,11 +202,9 @@ func TestNemesisUnverifiedResetIsHealError(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			h.mu.Lock()
-			h.stuck["n1"] = true
-			h.mu.Unlock()
+			h.Stick("n1", true)
 			err = f.Heal(ctx)
-			if !errors.Is(err, ErrNotVerified) && (role == "redis" || !strings.Contains(err.Error(), "still patched")) {
+			if !errors.Is(err, clockskew.ErrNotVerified) && (role == "redis" || !strings.Contains(err.Error(), "still patched")) {
 				t.Fatalf("heal of a stuck clock: %v, want a verification error", err)
 			}
 			if s := nm.Skewed(); !slices.Equal(s, []string{"n1"}) {
@@ -392,9 +213,7 @@ func TestNemesisUnverifiedResetIsHealError(t *testing.T) {
 			if err := nm.Finish(ctx); err == nil {
 				t.Fatal("Finish of a stuck clock succeeded")
 			}
-			h.mu.Lock()
-			h.stuck["n1"] = false
-			h.mu.Unlock()
+			h.Stick("n1", false)
 			if err := nm.Finish(ctx); err != nil {
 				t.Fatal(err)
 			}
@@ -410,21 +229,21 @@ func TestNemesisPrepare(t *testing.T) {
 		name    string
 		role    string
 		weights map[string]int
-		setup   func(h *fakeHelper)
+		setup   func(h *clockskew.FakeHelper)
 		want    []string // substrings of the error; nil: success
 		probed  []string // nodes probed
 	}{
 		{"vdso everywhere", "etcd", map[string]int{"node": 1, "holder": 1}, nil, nil, []string{"n1", "c1"}},
 		{"clients only", "etcd", map[string]int{"client": 1}, nil, nil, []string{"c1"}},
 		{"redis through the shim", "redis", map[string]int{"node": 1}, nil, nil, []string{"n1"}},
-		{"ptrace refused", "lockd", map[string]int{"node": 1, "client": 1}, func(h *fakeHelper) { h.denied["c1"] = true },
+		{"ptrace refused", "lockd", map[string]int{"node": 1, "client": 1}, func(h *clockskew.FakeHelper) { h.DenyPtrace("c1") },
 			[]string{"cannot skew c1 (client, vdso)", "ptrace refused", "SYS_PTRACE", "--clock-targets"}, []string{"n1", "c1"}},
-		{"no shim loaded", "redis", map[string]int{"node": 1}, func(h *fakeHelper) { h.proc("n1").shimLoaded = false },
+		{"no shim loaded", "redis", map[string]int{"node": 1}, func(h *clockskew.FakeHelper) { h.UnloadShim("n1") },
 			[]string{"cannot skew n1 (redis, shim)", "has not loaded the clock shim", "splitbrain images build"}, []string{"n1"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			h := newFakeHelper()
+			h := clockskew.NewFakeHelper()
 			if tt.setup != nil {
 				tt.setup(h)
 			}
@@ -436,7 +255,7 @@ func TestNemesisPrepare(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tt.want != nil {
-				if err == nil || !errors.Is(err, ErrCannotSkew) || strings.Contains(err.Error(), "\n") {
+				if err == nil || !errors.Is(err, clockskew.ErrCannotSkew) || strings.Contains(err.Error(), "\n") {
 					t.Fatalf("err %v, want one line wrapping ErrCannotSkew", err)
 				}
 				for _, w := range tt.want {
@@ -446,11 +265,11 @@ func TestNemesisPrepare(t *testing.T) {
 				}
 			}
 			for _, n := range []string{"n1", "c1", "c2"} {
-				probed := h.count(n+" ") > 0
+				probed := h.Calls(n+" ") > 0
 				if probed != slices.Contains(tt.probed, n) {
 					t.Errorf("%s probed: %v, want %v", n, probed, !probed)
 				}
-				if st := h.state(n); st.patched || st.vdso != (Offsets{}) || (st.file != nil && *st.file != (Offsets{})) {
+				if st := h.State(n); st.Patched || st.VDSO != (clockskew.Offsets{}) || (st.File != nil && *st.File != (clockskew.Offsets{})) {
 					t.Errorf("%s left skewed by the probe: %+v", n, st)
 				}
 			}
@@ -462,7 +281,7 @@ func TestNemesisPrepare(t *testing.T) {
 }
 
 func TestNemesisValidate(t *testing.T) {
-	ok := func() *Nemesis { return testNemesis(newFakeHelper()) }
+	ok := func() *Nemesis { return testNemesis(clockskew.NewFakeHelper()) }
 	tests := []struct {
 		name   string
 		change func(*Nemesis)
@@ -477,7 +296,7 @@ func TestNemesisValidate(t *testing.T) {
 		{"zero offset", func(n *Nemesis) { n.MinOffset = 0 }, "offset range"},
 		{"bad direction", func(n *Nemesis) { n.Direction = "sideways" }, "unknown clock direction"},
 		{"bad strobe", func(n *Nemesis) { n.StrobeMin = 0 }, "strobe period"},
-		{"shim without time", func(n *Nemesis) { n.Shims = map[string]Shim{"redis": {}} }, "no time query"},
+		{"shim without time", func(n *Nemesis) { n.Shims = map[string]clockskew.Shim{"redis": {}} }, "no time query"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -514,10 +333,10 @@ func TestNemesisCaps(t *testing.T) {
 
 func TestRecordRoundTrip(t *testing.T) {
 	tests := []Record{
-		{Mode: ModeBump, Target: "n1", Group: "node", Via: ViaShim, Clocks: []string{"realtime"}, Offsets: []time.Duration{3200 * time.Millisecond}, Observed: 3201 * time.Millisecond},
-		{Mode: ModeStrobe, Target: "c2", Group: "client", Via: ViaVDSO, Clocks: []string{"realtime", "monotonic"},
+		{Mode: ModeBump, Target: "n1", Group: "node", Via: clockskew.ViaShim, Clocks: []string{"realtime"}, Offsets: []time.Duration{3200 * time.Millisecond}, Observed: 3201 * time.Millisecond},
+		{Mode: ModeStrobe, Target: "c2", Group: "client", Via: clockskew.ViaVDSO, Clocks: []string{"realtime", "monotonic"},
 			Offsets: []time.Duration{-2500 * time.Millisecond, 2500 * time.Millisecond}, PeriodMin: 50 * time.Millisecond, PeriodMax: 200 * time.Millisecond, Observed: -2500 * time.Millisecond},
-		{Mode: ModeStrobe, Target: "c1", Group: "holder", Via: ViaVDSO, Clocks: []string{"realtime"},
+		{Mode: ModeStrobe, Target: "c1", Group: "holder", Via: clockskew.ViaVDSO, Clocks: []string{"realtime"},
 			Offsets: []time.Duration{4 * time.Second, 0}, PeriodMin: 50 * time.Millisecond, PeriodMax: 200 * time.Millisecond},
 	}
 	for _, want := range tests {

@@ -100,3 +100,11 @@ func ParseRecord(s string) (Record, error) {
 	}
 	return r, nil
 }
+
+// signed formats d with an explicit sign when it is positive.
+func signed(d time.Duration) string {
+	if d > 0 {
+		return "+" + d.String()
+	}
+	return d.String()
+}

@@ -47,7 +47,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
-	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/runtime"
 )
 
@@ -519,7 +518,7 @@ func (r *Runtime) cleanHosts(ctx context.Context, verify bool) error {
 			defer wg.Done()
 			cctx, cancel := context.WithTimeout(ctx, r.opts.CommandTimeout)
 			defer cancel()
-			if _, err := h.conn.output(cctx, h.privileged(shArgv(cleanupScript, nemesis.Chain, r.runDir(), r.binDir(), v)), nil); err != nil {
+			if _, err := h.conn.output(cctx, h.privileged(shArgv(cleanupScript, runtime.IptablesChain, r.runDir(), r.binDir(), v)), nil); err != nil {
 				mu.Lock()
 				errs = append(errs, fmt.Errorf("clean up %s (processes or files of run %s may remain): %w", h.Name, r.opts.RunID, err))
 				mu.Unlock()
@@ -568,14 +567,14 @@ func Clean(ctx context.Context, opts Options, runID string) error {
 			runs = slices.Compact(slices.Sorted(slices.Values(strings.Fields(string(out)))))
 		}
 		for _, id := range runs {
-			argv := shArgv(cleanupScript, nemesis.Chain, path.Join(opts.RunRoot, id), path.Join(opts.BinRoot, id), "1")
+			argv := shArgv(cleanupScript, runtime.IptablesChain, path.Join(opts.RunRoot, id), path.Join(opts.BinRoot, id), "1")
 			if _, err := h.conn.output(ctx, h.privileged(argv), nil); err != nil {
 				errs = append(errs, fmt.Errorf("clean %s run %s: %w", h.Name, id, err))
 			}
 		}
 		if runID == "" {
 			// Our chain may outlive every run directory.
-			argv := shArgv(cleanupScript, nemesis.Chain, path.Join(opts.RunRoot, "clean"), path.Join(opts.BinRoot, "clean"), "1")
+			argv := shArgv(cleanupScript, runtime.IptablesChain, path.Join(opts.RunRoot, "clean"), path.Join(opts.BinRoot, "clean"), "1")
 			if _, err := h.conn.output(ctx, h.privileged(argv), nil); err != nil {
 				errs = append(errs, fmt.Errorf("clean %s: %w", h.Name, err))
 			}

@@ -4,7 +4,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/splitbrain/splitbrain/nemesis/clock"
+	"github.com/splitbrain/splitbrain/internal/clockskew"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
 )
@@ -17,11 +17,11 @@ const Name = "redis"
 // command preloads, cached by the hash of its source, flags, compiler and
 // architecture. The image's Debian release is the host's own (bookworm),
 // so the library links against the same libc.
-var ClockShim = images.BuiltFile("clockshim.so", clock.ShimPath, 0o644,
+var ClockShim = images.BuiltFile("clockshim.so", clockskew.ShimPath, 0o644,
 	func() []string {
-		return []string{string(clock.ShimSource()), strings.Join(clock.ShimCFlags, " "), os.Getenv("CC")}
+		return []string{string(clockskew.ShimSource()), strings.Join(clockskew.ShimCFlags, " "), os.Getenv("CC")}
 	},
-	clock.BuildShim)
+	clockskew.BuildShim)
 
 // NodeRole is the role of Redis nodes: redis-server from Debian, run
 // under the clock shim.

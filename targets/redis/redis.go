@@ -30,7 +30,7 @@
 //	                        the last second's grants and tokens
 //
 // The server always runs with the clock shim preloaded
-// (clock.PreloadCommand), so that the clock nemesis can skew Redis's own
+// (clockskew.PreloadCommand), so that the clock nemesis can skew Redis's own
 // clock, by which it expires keys; without a control file the shim adds
 // nothing.
 package redis
@@ -49,7 +49,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/splitbrain/splitbrain/nemesis/clock"
+	"github.com/splitbrain/splitbrain/internal/clockskew"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
 )
@@ -103,7 +103,7 @@ func (Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Option
 		return nil, fmt.Errorf("reserve redis address: %w", err)
 	}
 	n, err := rt.Start(ctx, runtime.NodeSpec{
-		Name: "n1", Role: Role, Image: opts.Images[Role], Cmd: clock.PreloadCommand(cmd...),
+		Name: "n1", Role: Role, Image: opts.Images[Role], Cmd: clockskew.PreloadCommand(cmd...),
 		Caps: []string{runtime.CapNetAdmin},
 	})
 	if err != nil {
@@ -336,5 +336,12 @@ func (s *lease) Release(ctx context.Context) error {
 // run several Redis nodes use it).
 func WaitReady(ctx context.Context, n runtime.Node) error { return waitReady(ctx, n) }
 
-// NodeCommand is a Redis node's main process: Command under the clock shim.
-func NodeCommand() []string { return clock.PreloadCommand(Command()...) }
+// NodeCommand is a Redis node's main process with persistence (as
+// CommandFor) under the clock shim.
+func NodeCommand(persistence string) ([]string, error) {
+	c, err := CommandFor(persistence)
+	if err != nil {
+		return nil, err
+	}
+	return clockskew.PreloadCommand(c...), nil
+}

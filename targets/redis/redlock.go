@@ -43,6 +43,13 @@ func init() {
 		Roles:  []targets.Role{NodeRole},
 		Size:   Masters,
 		Recipe: RedlockRecipe,
+		// A killed master without persistence forgets its locks (the
+		// delayed-restart assumption of Redlock is then all that holds).
+		DurableWith: map[string]string{"persistence": "aof-always"},
+		Options: []targets.Option{
+			{Name: "persistence", Values: []string{"none", "aof-always", "aof-everysec"},
+				Doc: "none: a killed master forgets its locks; aof-always: append-only file fsynced before every reply; aof-everysec: fsynced once a second"},
+		},
 	})
 }
 
@@ -55,13 +62,17 @@ var _ targets.Target = RedlockTarget{}
 // waits until each answers PING. They run under the clock shim and need no
 // extra capability to be skewed (opts.ExtraCaps is ignored).
 func (RedlockTarget) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
+	cmd, err := NodeCommand(opts.RecipeOptions["persistence"])
+	if err != nil {
+		return nil, err
+	}
 	names, _, err := targets.ReserveMembers(rt, Masters)
 	if err != nil {
 		return nil, err
 	}
 	nodes, err := targets.StartMembers(ctx, rt, names, func(name string) runtime.NodeSpec {
 		return runtime.NodeSpec{
-			Name: name, Role: Role, Image: opts.Images[Role], Cmd: NodeCommand(),
+			Name: name, Role: Role, Image: opts.Images[Role], Cmd: cmd,
 			Caps: []string{runtime.CapNetAdmin},
 		}
 	})

@@ -14,8 +14,8 @@ import (
 	"github.com/go-zookeeper/zk"
 	"golang.org/x/sys/unix"
 
+	"github.com/splitbrain/splitbrain/internal/clockskew"
 	"github.com/splitbrain/splitbrain/internal/testenv"
-	"github.com/splitbrain/splitbrain/nemesis/clock"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/targets"
@@ -109,11 +109,11 @@ func TestZooKeeperClockAndRestart(t *testing.T) {
 
 	// Clock: a follower's JVM, skewed by vDSO injection, as ZooKeeper's
 	// own session times show it.
-	p := clock.NewProcess(follower, nil, 0)
+	p := clockskew.NewProcess(follower, nil, 0)
 	if wall, mono := jvmClocks(ctx, t, follower); wall.Abs() > time.Second || mono.Abs() > time.Second {
 		t.Fatalf("%s's JVM is off by %v (wall), %v (monotonic) before any skew", follower.Name(), wall, mono)
 	}
-	skew := clock.Offsets{Realtime: time.Hour, Monotonic: 5 * time.Second}
+	skew := clockskew.Offsets{Realtime: time.Hour, Monotonic: 5 * time.Second}
 	if err := p.Set(ctx, skew); err != nil {
 		t.Fatal(err)
 	}

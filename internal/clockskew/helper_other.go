@@ -1,6 +1,6 @@
 //go:build !linux
 
-package clock
+package clockskew
 
 import (
 	"context"
@@ -12,14 +12,14 @@ import (
 // Exit codes of HelperMain.
 const (
 	ExitOK    = 0 // success
-	ExitOther = 1 // any other failure
-	ExitUsage = 2 // bad command line
-	ExitEnv   = 3 // environment or permission
+	exitOther = 1 // any other failure
+	exitUsage = 2 // bad command line
+	exitEnv   = 3 // environment or permission
 )
 
 // HelperMain reports that clock skew needs Linux: both mechanisms (the
 // LD_PRELOAD shim's control file and vDSO injection) are Linux-only.
 func HelperMain(_ context.Context, _ []string, _, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "clock: %s/%s: clock skew needs Linux (run the helper inside a Linux node)\n", runtime.GOOS, runtime.GOARCH)
-	return ExitEnv
+	return exitEnv
 }

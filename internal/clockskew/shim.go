@@ -1,4 +1,4 @@
-package clock
+package clockskew
 
 import (
 	"bytes"
@@ -14,8 +14,8 @@ import (
 //go:embed shim/clockshim.c
 var shimSource []byte
 
-// ErrNoCompiler reports that no C compiler was found to build the shim.
-var ErrNoCompiler = errors.New("no C compiler found (install gcc or set CC)")
+// errNoCompiler reports that no C compiler was found to build the shim.
+var errNoCompiler = errors.New("no C compiler found (install gcc or set CC)")
 
 // ShimSource returns the C source of the LD_PRELOAD clock shim.
 func ShimSource() []byte { return bytes.Clone(shimSource) }
@@ -25,7 +25,7 @@ var ShimCFlags = []string{"-O2", "-shared", "-fPIC", "-fvisibility=hidden", "-Wa
 
 // BuildShim compiles the shim into the shared library outPath with $CC
 // (default gcc). Load it into a dynamically linked program with
-// LD_PRELOAD=outPath and point $SPLITBRAIN_CLOCK_FILE at a [ControlFile].
+// LD_PRELOAD=outPath and point $SPLITBRAIN_CLOCK_FILE at a [controlFile].
 // The library is written atomically (built beside outPath, then renamed).
 func BuildShim(ctx context.Context, outPath string) error {
 	cc := os.Getenv("CC")
@@ -33,7 +33,7 @@ func BuildShim(ctx context.Context, outPath string) error {
 		cc = "gcc"
 	}
 	if _, err := exec.LookPath(cc); err != nil {
-		return fmt.Errorf("build clock shim: %w: %w", ErrNoCompiler, err)
+		return fmt.Errorf("build clock shim: %w: %w", errNoCompiler, err)
 	}
 	dir, err := os.MkdirTemp("", "clockshim-")
 	if err != nil {

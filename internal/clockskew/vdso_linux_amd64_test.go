@@ -1,6 +1,6 @@
 //go:build linux && amd64
 
-package clock
+package clockskew
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func TestVDSOGoTarget(t *testing.T) {
 	t.Logf("baseline: realtime skew %s, monotonic lead %s", goSkew(first), mono0)
 
 	done := phase(t, "inject realtime +1h")
-	s, err := Inject(ctx, pid, WithLogger(log), WithOffsets(Offsets{Realtime: time.Hour}))
+	s, err := injectSkew(ctx, pid, withLogger(log), withOffsets(Offsets{Realtime: time.Hour}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,10 +91,10 @@ func TestVDSOGoTarget(t *testing.T) {
 	done()
 	checkSelfUnskewed(t)
 
-	// A second Inject (as a separate helper invocation would do) reuses
+	// A second injectSkew (as a separate helper invocation would do) reuses
 	// the page and adds the monotonic option.
 	done = phase(t, "inject again: monotonic +30s")
-	s2, err := Inject(ctx, pid, WithLogger(log), WithOffsets(Offsets{Realtime: -10 * time.Second, Monotonic: 30 * time.Second}))
+	s2, err := injectSkew(ctx, pid, withLogger(log), withOffsets(Offsets{Realtime: -10 * time.Second, Monotonic: 30 * time.Second}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,20 +107,20 @@ func TestVDSOGoTarget(t *testing.T) {
 	})
 	done()
 
-	// A different process's view: Open finds the page by its marker.
-	o, err := Open(pid)
+	// A different process's view: openSkew finds the page by its marker.
+	o, err := openSkew(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, err := o.Offsets(); err != nil || got != (Offsets{Realtime: -10 * time.Second, Monotonic: 30 * time.Second}) {
-		t.Fatalf("Open(%d).Offsets() = %s, %v", pid, got, err)
+		t.Fatalf("openSkew(%d).Offsets() = %s, %v", pid, got, err)
 	}
-	r, err = ProcessNow(ctx, pid)
+	r, err = processNow(ctx, pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if sk := r.Skew(); !near(sk.Realtime, -10*time.Second, 50*time.Millisecond+r.Uncertainty) || !near(sk.Monotonic, 30*time.Second, 50*time.Millisecond+r.Uncertainty) {
-		t.Fatalf("ProcessNow skew = %s, want realtime -10s monotonic +30s", sk)
+		t.Fatalf("processNow skew = %s, want realtime -10s monotonic +30s", sk)
 	}
 
 	done = phase(t, "reset")
@@ -141,7 +141,7 @@ func TestVDSOGoTarget(t *testing.T) {
 		t.Fatal(err)
 	}
 	done()
-	st, err = Inspect(pid)
+	st, err = inspectSkew(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,13 +187,13 @@ func TestVDSOMultiThreaded(t *testing.T) {
 	start := time.Now()
 	for i := range cycles {
 		want := time.Duration(i+1) * time.Minute
-		s, err := Inject(ctx, pid, WithLogger(log), WithOffsets(Offsets{Realtime: want, Monotonic: time.Duration(i%2) * time.Second}))
+		s, err := injectSkew(ctx, pid, withLogger(log), withOffsets(Offsets{Realtime: want, Monotonic: time.Duration(i%2) * time.Second}))
 		if err != nil {
 			t.Fatalf("cycle %d: %v", i, err)
 		}
 		n := tg.count()
 		tg.waitFor(n, waitFor, 1, fmt.Sprintf("cycle %d: +%s", i, want), func(l line) bool { return near(goSkew(l), want, rtTol) })
-		if err := Restore(ctx, pid, WithLogger(log)); err != nil {
+		if err := restoreSkew(ctx, pid, withLogger(log)); err != nil {
 			t.Fatalf("cycle %d: restore: %v", i, err)
 		}
 		_ = s
@@ -216,7 +216,7 @@ func TestVDSOCProgram(t *testing.T) {
 	defer cancel()
 	tg := startTarget(t, bin)
 	tg.waitFor(0, waitFor, 1, "running", func(l line) bool { return near(cSkews(l)[0], 0, rtTol) })
-	s, err := Inject(ctx, tg.pid(), WithOffsets(Offsets{Realtime: -30 * time.Second, Monotonic: 5 * time.Second}))
+	s, err := injectSkew(ctx, tg.pid(), withOffsets(Offsets{Realtime: -30 * time.Second, Monotonic: 5 * time.Second}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestVDSOTracerWrites(t *testing.T) {
 	defer cancel()
 	tg := startTarget(t, bin)
 	tg.waitFor(0, waitFor, 1, "running", func(line) bool { return true })
-	s, err := Inject(ctx, tg.pid())
+	s, err := injectSkew(ctx, tg.pid())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -263,34 +263,34 @@ func TestVDSOErrors(t *testing.T) {
 	defer cancel()
 	// Past pid_max (at most 2^22 on Linux): never a process.
 	const nopid = 1 << 30
-	if _, err := Inject(ctx, nopid); !errors.Is(err, ErrNoProcess) {
-		t.Errorf("Inject(nonexistent) = %v, want ErrNoProcess", err)
+	if _, err := injectSkew(ctx, nopid); !errors.Is(err, errNoProcess) {
+		t.Errorf("injectSkew(nonexistent) = %v, want errNoProcess", err)
 	} else {
-		t.Logf("Inject(nonexistent): %v", err)
+		t.Logf("injectSkew(nonexistent): %v", err)
 	}
 	// A pid that existed a moment ago.
 	cmd := exec.Command("true")
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Inject(ctx, cmd.Process.Pid); !errors.Is(err, ErrNoProcess) {
-		t.Errorf("Inject(exited) = %v, want ErrNoProcess", err)
+	if _, err := injectSkew(ctx, cmd.Process.Pid); !errors.Is(err, errNoProcess) {
+		t.Errorf("injectSkew(exited) = %v, want errNoProcess", err)
 	}
-	if _, err := Open(nopid); !errors.Is(err, ErrNoProcess) {
-		t.Errorf("Open(nonexistent) = %v, want ErrNoProcess", err)
+	if _, err := openSkew(nopid); !errors.Is(err, errNoProcess) {
+		t.Errorf("openSkew(nonexistent) = %v, want errNoProcess", err)
 	}
-	if err := Restore(ctx, nopid); !errors.Is(err, ErrNoProcess) {
-		t.Errorf("Restore(nonexistent) = %v, want ErrNoProcess", err)
+	if err := restoreSkew(ctx, nopid); !errors.Is(err, errNoProcess) {
+		t.Errorf("restoreSkew(nonexistent) = %v, want errNoProcess", err)
 	}
-	// Never injected: Open says so, Restore is a no-op.
-	if _, err := Open(os.Getpid()); !errors.Is(err, ErrNotInjected) {
-		t.Errorf("Open(self) = %v, want ErrNotInjected", err)
+	// Never injected: openSkew says so, restoreSkew is a no-op.
+	if _, err := openSkew(os.Getpid()); !errors.Is(err, errNotInjected) {
+		t.Errorf("openSkew(self) = %v, want errNotInjected", err)
 	}
-	if _, err := ProcessNow(ctx, os.Getpid()); !errors.Is(err, ErrNotInjected) {
-		t.Errorf("ProcessNow(self) = %v, want ErrNotInjected", err)
+	if _, err := processNow(ctx, os.Getpid()); !errors.Is(err, errNotInjected) {
+		t.Errorf("processNow(self) = %v, want errNotInjected", err)
 	}
-	if err := Restore(ctx, os.Getpid()); err != nil {
-		t.Errorf("Restore(never injected) = %v, want nil", err)
+	if err := restoreSkew(ctx, os.Getpid()); err != nil {
+		t.Errorf("restoreSkew(never injected) = %v, want nil", err)
 	}
 	// Another process already traces the target.
 	bin := buildGoTarget(t)
@@ -313,11 +313,11 @@ func TestVDSOErrors(t *testing.T) {
 	if n, _ := tracerOut.Read(buf); string(buf[:n]) != "seized\n" {
 		t.Fatalf("tracer said %q", buf[:n])
 	}
-	_, err = Inject(ctx, tg.pid())
-	if !errors.Is(err, ErrAlreadyTraced) {
-		t.Errorf("Inject(traced) = %v, want ErrAlreadyTraced", err)
+	_, err = injectSkew(ctx, tg.pid())
+	if !errors.Is(err, errAlreadyTraced) {
+		t.Errorf("injectSkew(traced) = %v, want errAlreadyTraced", err)
 	} else {
-		t.Logf("Inject(traced): %v", err)
+		t.Logf("injectSkew(traced): %v", err)
 	}
 	tracerIn.Close()
 	if err := tracer.Wait(); err != nil {
@@ -494,7 +494,7 @@ func TestVDSOSignalsPreserved(t *testing.T) {
 	tg.waitFor(n, waitFor, 3, "SIGUSR1 delivered once, clock +1m", func(l line) bool {
 		return l.f[3] == 1 && near(goSkew(l), time.Minute, rtTol)
 	})
-	if err := Restore(ctx, pid); err != nil {
+	if err := restoreSkew(ctx, pid); err != nil {
 		t.Fatal(err)
 	}
 	tg.stop()

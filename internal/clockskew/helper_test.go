@@ -1,6 +1,6 @@
 //go:build linux
 
-package clock
+package clockskew
 
 import (
 	"bytes"
@@ -55,27 +55,27 @@ func TestHelperUsage(t *testing.T) {
 		wantStderr string
 		wantStdout string
 	}{
-		{nil, ExitUsage, "usage: clock", ""},
+		{nil, exitUsage, "usage: clock", ""},
 		{[]string{"help"}, ExitOK, "", "vdso inject"},
 		{[]string{"vdso", "set", "-h"}, ExitOK, "", "usage: clock"},
-		{[]string{"bogus", "x"}, ExitUsage, `unknown mechanism "bogus"`, ""},
-		{[]string{"vdso"}, ExitUsage, "vdso needs an operation", ""},
-		{[]string{"vdso", "frob", "--pid", "1"}, ExitUsage, `unknown vdso operation "frob"`, ""},
-		{[]string{"vdso", "inject"}, ExitUsage, "needs --pid", ""},
-		{[]string{"vdso", "set", "--pid", "1"}, ExitUsage, "needs --realtime and/or --monotonic", ""},
-		{[]string{"vdso", "inject", "--pid", "1", "--realtime", "soon"}, ExitUsage, "want a signed duration", ""},
-		{[]string{"vdso", "reset", "--pid", "1", "--realtime", "1s"}, ExitUsage, "does not take --realtime", ""},
-		{[]string{"vdso", "show", "--pid", "1", "extra"}, ExitUsage, `unexpected argument "extra"`, ""},
-		{[]string{"file", "show", "--pid", "3"}, ExitUsage, "does not take --pid", ""},
-		{[]string{"file", "set", "--path", "/nonexistent/x"}, ExitUsage, "file set needs", ""},
-		{[]string{"shim", "build"}, ExitUsage, "needs --out", ""},
-		{[]string{"vdso", "inject", "--pid", nopid, "--realtime", "+5s"}, ExitOther, "no such process", ""},
-		{[]string{"vdso", "show", "--pid", nopid}, ExitOther, "no such process", ""},
+		{[]string{"bogus", "x"}, exitUsage, `unknown mechanism "bogus"`, ""},
+		{[]string{"vdso"}, exitUsage, "vdso needs an operation", ""},
+		{[]string{"vdso", "frob", "--pid", "1"}, exitUsage, `unknown vdso operation "frob"`, ""},
+		{[]string{"vdso", "inject"}, exitUsage, "needs --pid", ""},
+		{[]string{"vdso", "set", "--pid", "1"}, exitUsage, "needs --realtime and/or --monotonic", ""},
+		{[]string{"vdso", "inject", "--pid", "1", "--realtime", "soon"}, exitUsage, "want a signed duration", ""},
+		{[]string{"vdso", "reset", "--pid", "1", "--realtime", "1s"}, exitUsage, "does not take --realtime", ""},
+		{[]string{"vdso", "show", "--pid", "1", "extra"}, exitUsage, `unexpected argument "extra"`, ""},
+		{[]string{"file", "show", "--pid", "3"}, exitUsage, "does not take --pid", ""},
+		{[]string{"file", "set", "--path", "/nonexistent/x"}, exitUsage, "file set needs", ""},
+		{[]string{"shim", "build"}, exitUsage, "needs --out", ""},
+		{[]string{"vdso", "inject", "--pid", nopid, "--realtime", "+5s"}, exitOther, "no such process", ""},
+		{[]string{"vdso", "show", "--pid", nopid}, exitOther, "no such process", ""},
 		{[]string{"vdso", "show", "--pid", strconv.Itoa(os.Getpid())}, ExitOK, "", "not injected"},
 		{[]string{"vdso", "reset", "--pid", strconv.Itoa(os.Getpid())}, ExitOK, "", "nothing to reset"},
 		{[]string{"vdso", "restore", "--pid", strconv.Itoa(os.Getpid())}, ExitOK, "", "not injected"},
-		{[]string{"vdso", "set", "--pid", strconv.Itoa(os.Getpid()), "--realtime", "1s"}, ExitOther, "run inject first", ""},
-		{[]string{"file", "show", "--path", "/nonexistent/x"}, ExitOther, "no such file", ""},
+		{[]string{"vdso", "set", "--pid", strconv.Itoa(os.Getpid()), "--realtime", "1s"}, exitOther, "run inject first", ""},
+		{[]string{"file", "show", "--path", "/nonexistent/x"}, exitOther, "no such file", ""},
 		{[]string{"file", "reset", "--path", "/nonexistent/x"}, ExitOK, "", "nothing to reset"},
 		{[]string{"shim", "source"}, ExitOK, "", "SPLITBRAIN_CLOCK_FILE"},
 	}
@@ -122,16 +122,16 @@ func TestHelperFile(t *testing.T) {
 		t.Fatalf("show --json: exit %d, %q, %v", code, stdout, err)
 	}
 	// The default path comes from the environment.
-	t.Setenv(ControlFileEnv, path)
+	t.Setenv(controlFileEnv, path)
 	if code, stdout, _ := runHelper("file", "show"); code != ExitOK || !strings.Contains(stdout, path) {
-		t.Fatalf("show with $%s: exit %d, %q", ControlFileEnv, code, stdout)
+		t.Fatalf("show with $%s: exit %d, %q", controlFileEnv, code, stdout)
 	}
 }
 
 func TestHelperVDSO(t *testing.T) {
 	if runtime.GOARCH != "amd64" {
 		code, _, stderr := runHelper("vdso", "show", "--pid", strconv.Itoa(os.Getpid()))
-		if code != ExitEnv || !strings.Contains(stderr, "linux/amd64 only") {
+		if code != exitEnv || !strings.Contains(stderr, "linux/amd64 only") {
 			t.Fatalf("vdso show on %s: exit %d, %q", runtime.GOARCH, code, stderr)
 		}
 		return
@@ -168,7 +168,7 @@ func TestHelperVDSO(t *testing.T) {
 		tg.waitFor(n, waitFor, 1, fmt.Sprintf("after %v", s.args), func(l line) bool { return near(goSkew(l), s.skew, time.Second) })
 	}
 	code, stdout, _ := runHelperProcess(t, nil, "vdso", "show", "--pid", pid, "--json")
-	var st Status
+	var st skewStatus
 	if err := json.Unmarshal([]byte(stdout), &st); code != ExitOK || err != nil || !st.Injected || len(st.Patched) != 0 {
 		t.Fatalf("show --json: exit %d, %q, %v", code, stdout, err)
 	}
@@ -195,7 +195,7 @@ func TestHelperPtraceDenied(t *testing.T) {
 	wrap := []string{setpriv, "--bounding-set=-sys_ptrace", "--"}
 	code, stdout, stderr := runHelperProcess(t, wrap, "vdso", "inject", "--pid", strconv.Itoa(tg.pid()), "--realtime", "+1h")
 	t.Logf("exit %d: %s", code, strings.TrimSpace(stderr))
-	if code != ExitEnv || !strings.Contains(stderr, "CAP_SYS_PTRACE") || !strings.Contains(stderr, "--cap-add SYS_PTRACE") {
+	if code != exitEnv || !strings.Contains(stderr, "CAP_SYS_PTRACE") || !strings.Contains(stderr, "--cap-add SYS_PTRACE") {
 		t.Fatalf("exit %d, stdout %q, stderr %q; want exit 3 naming CAP_SYS_PTRACE", code, stdout, stderr)
 	}
 	n := tg.count()

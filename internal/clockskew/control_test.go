@@ -1,6 +1,6 @@
 //go:build linux
 
-package clock
+package clockskew
 
 import (
 	"encoding/binary"
@@ -15,7 +15,7 @@ import (
 
 func TestControlFileLifecycle(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sub", "clock")
-	c, err := CreateControlFile(path)
+	c, err := makeControlFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +75,7 @@ func TestControlFileLifecycle(t *testing.T) {
 	}
 
 	// Reopen (another process would): the state persisted.
-	c2, err := OpenControlFile(path)
+	c2, err := loadControlFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,13 +84,13 @@ func TestControlFileLifecycle(t *testing.T) {
 	if err != nil || st.Realtime != time.Hour || st.RealtimePPM != 250 {
 		t.Fatalf("reopened: %+v, %v", st, err)
 	}
-	c3, err := CreateControlFile(path) // existing file: opened, not reset
+	c3, err := makeControlFile(path) // existing file: opened, not reset
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c3.Close()
 	if st, _ := c3.Read(); st.Realtime != time.Hour {
-		t.Fatalf("CreateControlFile on an existing file changed it: %+v", st)
+		t.Fatalf("makeControlFile on an existing file changed it: %+v", st)
 	}
 	if err := c3.Reset(); err != nil {
 		t.Fatal(err)
@@ -116,15 +116,15 @@ func TestControlFileBad(t *testing.T) {
 
 	tests := []struct {
 		name    string
-		open    func(string) (*ControlFile, error)
+		open    func(string) (*controlFile, error)
 		path    string
 		wantErr error
 	}{
-		{"open garbage", OpenControlFile, garbage, ErrBadControlFile},
-		{"create garbage", CreateControlFile, garbage, ErrBadControlFile},
-		{"open short", OpenControlFile, short, ErrBadControlFile},
-		{"open missing", OpenControlFile, filepath.Join(dir, "missing"), os.ErrNotExist},
-		{"create empty repairs", CreateControlFile, empty, nil},
+		{"open garbage", loadControlFile, garbage, errBadControlFile},
+		{"create garbage", makeControlFile, garbage, errBadControlFile},
+		{"open short", loadControlFile, short, errBadControlFile},
+		{"open missing", loadControlFile, filepath.Join(dir, "missing"), os.ErrNotExist},
+		{"create empty repairs", makeControlFile, empty, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -150,9 +150,9 @@ func TestControlFileBad(t *testing.T) {
 // each with its own handle) and a reader that must never see a torn pair.
 func TestControlFileSeqlock(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "clock")
-	var handles []*ControlFile
+	var handles []*controlFile
 	for range 3 {
-		c, err := CreateControlFile(path)
+		c, err := makeControlFile(path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -200,14 +200,14 @@ func TestControlFileSeqlock(t *testing.T) {
 func TestFileStateEffective(t *testing.T) {
 	tests := []struct {
 		name     string
-		st       FileState
+		st       fileState
 		rt, mono int64
 		want     Offsets
 	}{
-		{"offsets only", FileState{Offsets: Offsets{Realtime: time.Second, Monotonic: -time.Second}}, 5e18, 1e12, Offsets{time.Second, -time.Second}},
-		{"rt drift 10%", FileState{RealtimePPM: 100000, RealtimeBase: 1000}, 1000 + 1e9, 0, Offsets{Realtime: 100 * time.Millisecond}},
-		{"mono drift -1ppm over a day", FileState{MonotonicPPM: -1}, 0, int64(24 * time.Hour), Offsets{Monotonic: -86400 * time.Microsecond}},
-		{"no overflow", FileState{RealtimePPM: 1000000}, int64(200 * 365 * 24 * time.Hour), 0, Offsets{Realtime: 200 * 365 * 24 * time.Hour}},
+		{"offsets only", fileState{Offsets: Offsets{Realtime: time.Second, Monotonic: -time.Second}}, 5e18, 1e12, Offsets{time.Second, -time.Second}},
+		{"rt drift 10%", fileState{RealtimePPM: 100000, RealtimeBase: 1000}, 1000 + 1e9, 0, Offsets{Realtime: 100 * time.Millisecond}},
+		{"mono drift -1ppm over a day", fileState{MonotonicPPM: -1}, 0, int64(24 * time.Hour), Offsets{Monotonic: -86400 * time.Microsecond}},
+		{"no overflow", fileState{RealtimePPM: 1000000}, int64(200 * 365 * 24 * time.Hour), 0, Offsets{Realtime: 200 * 365 * 24 * time.Hour}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -219,7 +219,7 @@ func TestFileStateEffective(t *testing.T) {
 }
 
 func TestControlFileDriftContinuity(t *testing.T) {
-	c, err := CreateControlFile(filepath.Join(t.TempDir(), "clock"))
+	c, err := makeControlFile(filepath.Join(t.TempDir(), "clock"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestParseMaps(t *testing.T) {
 	if ms[4].path != "/path with spaces/x" {
 		t.Errorf("path = %q", ms[4].path)
 	}
-	if _, err := findVDSO(ms[:1]); !errors.Is(err, ErrNoVDSO) {
+	if _, err := findVDSO(ms[:1]); !errors.Is(err, errNoVDSO) {
 		t.Errorf("findVDSO without vdso = %v", err)
 	}
 }

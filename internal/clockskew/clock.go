@@ -1,26 +1,29 @@
-// Package clock skews the clock of a single process, leaving the host's
-// clock alone. Containers share the host kernel's clock, so splitbrain
-// skews one process at a time, by one of two mechanisms:
+// Package clockskew is the clock nemesis's mechanism: it skews the clock
+// of a single process, leaving the host's clock alone. Containers share the
+// host kernel's clock, so splitbrain skews one process at a time, by one of
+// two mechanisms:
 //
 //   - For C programs (Redis), an LD_PRELOAD shim ([ShimSource], built by
-//     [BuildShim]) overrides clock_gettime, gettimeofday, time and
-//     timespec_get, reading the real clock with a raw syscall and adding
-//     offsets from a memory-mapped control file ([ControlFile]) that can be
-//     rewritten at any time.
+//     [BuildShim], installed at [ShimPath], loaded by [PreloadCommand])
+//     overrides clock_gettime, gettimeofday, time and timespec_get, reading
+//     the real clock with a raw syscall and adding offsets from a
+//     memory-mapped control file that can be rewritten at any time.
 //   - For Go programs (etcd, lockd, Go agents), which read the clock through
-//     the vDSO where LD_PRELOAD cannot reach, [Inject] ptrace-attaches to
+//     the vDSO where LD_PRELOAD cannot reach, the helper ptrace-attaches to
 //     the running process, maps a page into it holding a small fake
 //     clock_gettime (plus gettimeofday and time) and its offsets, and
-//     patches the vDSO's entry points to jump there. A [Skew] changes the
-//     offsets later by writing the page, without stopping the process.
-//     The technique works for any dynamically or statically linked program
-//     that calls the vDSO, C programs included; it is implemented for
-//     linux/amd64 only ([ErrUnsupportedArch] elsewhere).
+//     patches the vDSO's entry points to jump there; later changes write
+//     the page without stopping the process. The technique works for any
+//     dynamically or statically linked program that calls the vDSO, C
+//     programs included; it is implemented for linux/amd64 only.
 //
 // Both mechanisms keep their state in the target (the control file, or the
 // injected page found again by its magic marker), so a one-shot helper
-// ([HelperMain]) invoked once per operation can drive them.
-package clock
+// ([HelperMain], `splitbrain clock ...` inside a node) invoked once per
+// operation can drive them. A [Process] is the clock of one node's main
+// process as the harness drives it through that helper; [FakeHelper]
+// answers the helper's commands in memory, for tests without containers.
+package clockskew
 
 import (
 	"errors"
@@ -28,11 +31,11 @@ import (
 	"time"
 )
 
-// ControlFileEnv names the environment variable the shim reads the control
-// file's path from; DefaultControlPath is used when it is unset.
+// controlFileEnv names the environment variable the shim reads the control
+// file's path from; defaultControlPath is used when it is unset.
 const (
-	ControlFileEnv     = "SPLITBRAIN_CLOCK_FILE"
-	DefaultControlPath = "/run/splitbrain/clock"
+	controlFileEnv     = "SPLITBRAIN_CLOCK_FILE"
+	defaultControlPath = "/run/splitbrain/clock"
 )
 
 // ShimPath is where splitbrain's images install the built shim (the redis
@@ -40,41 +43,41 @@ const (
 const ShimPath = "/usr/local/lib/splitbrain/clockshim.so"
 
 // PreloadCommand returns argv prefixed so that its program starts with the
-// shim preloaded and its control file at DefaultControlPath:
-// env LD_PRELOAD=ShimPath SPLITBRAIN_CLOCK_FILE=DefaultControlPath argv...
+// shim preloaded and its control file at defaultControlPath:
+// env LD_PRELOAD=ShimPath SPLITBRAIN_CLOCK_FILE=defaultControlPath argv...
 // env execs the program, so it keeps env's PID (PID 1 in a container), and
 // only that program (not other processes of its container) is skewed. A
 // missing control file means no skew.
 func PreloadCommand(argv ...string) []string {
-	return append([]string{"env", "LD_PRELOAD=" + ShimPath, ControlFileEnv + "=" + DefaultControlPath}, argv...)
+	return append([]string{"env", "LD_PRELOAD=" + ShimPath, controlFileEnv + "=" + defaultControlPath}, argv...)
 }
 
 // Sentinel errors, checked with errors.Is.
 var (
-	// ErrUnsupportedArch reports that the vDSO technique is not
+	// errUnsupportedArch reports that the vDSO technique is not
 	// implemented for this GOOS/GOARCH (only linux/amd64 is).
-	ErrUnsupportedArch = errors.New("vdso clock skew is implemented for linux/amd64 only (for C programs use the LD_PRELOAD shim)")
-	// ErrPtraceDenied reports that the kernel refused ptrace access.
-	ErrPtraceDenied = errors.New("ptrace refused: needs CAP_SYS_PTRACE and no seccomp/YAMA block; run the container with --cap-add SYS_PTRACE")
-	// ErrAlreadyTraced reports that another tracer (a debugger, strace)
+	errUnsupportedArch = errors.New("vdso clock skew is implemented for linux/amd64 only (for C programs use the LD_PRELOAD shim)")
+	// errPtraceDenied reports that the kernel refused ptrace access.
+	errPtraceDenied = errors.New("ptrace refused: needs CAP_SYS_PTRACE and no seccomp/YAMA block; run the container with --cap-add SYS_PTRACE")
+	// errAlreadyTraced reports that another tracer (a debugger, strace)
 	// is attached to the process.
-	ErrAlreadyTraced = errors.New("process is already being traced by another tracer; detach it first")
-	// ErrNoProcess reports that the target process does not exist.
-	ErrNoProcess = errors.New("no such process")
-	// ErrNoVDSO reports that the process has no [vdso] mapping (e.g. the
+	errAlreadyTraced = errors.New("process is already being traced by another tracer; detach it first")
+	// errNoProcess reports that the target process does not exist.
+	errNoProcess = errors.New("no such process")
+	// errNoVDSO reports that the process has no [vdso] mapping (e.g. the
 	// kernel was booted with vdso=0).
-	ErrNoVDSO = errors.New("process has no vDSO mapping (kernel booted with vdso=0?)")
-	// ErrNoVDSOSymbol reports that the vDSO lacks __vdso_clock_gettime.
-	ErrNoVDSOSymbol = errors.New("vDSO symbol not found (unusual kernel; for C programs use the LD_PRELOAD shim)")
-	// ErrNotInjected reports that the process carries no injected page
+	errNoVDSO = errors.New("process has no vDSO mapping (kernel booted with vdso=0?)")
+	// errNoVDSOSymbol reports that the vDSO lacks __vdso_clock_gettime.
+	errNoVDSOSymbol = errors.New("vDSO symbol not found (unusual kernel; for C programs use the LD_PRELOAD shim)")
+	// errNotInjected reports that the process carries no injected page
 	// (run inject first).
-	ErrNotInjected = errors.New("clock skew not injected into process (run inject first)")
-	// ErrBadControlFile reports a control file with a wrong magic, version
+	errNotInjected = errors.New("clock skew not injected into process (run inject first)")
+	// errBadControlFile reports a control file with a wrong magic, version
 	// or size.
-	ErrBadControlFile = errors.New("not a splitbrain clock control file")
-	// ErrDriftUnsupported reports a drift rate given to the vDSO
+	errBadControlFile = errors.New("not a splitbrain clock control file")
+	// errDriftUnsupported reports a drift rate given to the vDSO
 	// mechanism, which only knows fixed offsets.
-	ErrDriftUnsupported = errors.New("drift rates are supported by the LD_PRELOAD control file only")
+	errDriftUnsupported = errors.New("drift rates are supported by the LD_PRELOAD control file only")
 )
 
 // Offsets are the amounts added to a process's clocks. Realtime applies to

@@ -1,6 +1,6 @@
 //go:build linux
 
-package clock
+package clockskew
 
 import (
 	"context"
@@ -25,7 +25,7 @@ func trueMono() time.Duration {
 
 // shimEnv is the environment that runs a program under the shim.
 func shimEnv(lib, ctl string) []string {
-	return []string{"LD_PRELOAD=" + lib, ControlFileEnv + "=" + ctl}
+	return []string{"LD_PRELOAD=" + lib, controlFileEnv + "=" + ctl}
 }
 
 func TestBuildShim(t *testing.T) {
@@ -61,8 +61,8 @@ func TestBuildShim(t *testing.T) {
 		}
 	}
 	t.Setenv("CC", "/nonexistent/cc")
-	if err := BuildShim(ctx, out); !errors.Is(err, ErrNoCompiler) {
-		t.Errorf("BuildShim with a missing compiler = %v, want ErrNoCompiler", err)
+	if err := BuildShim(ctx, out); !errors.Is(err, errNoCompiler) {
+		t.Errorf("BuildShim with a missing compiler = %v, want errNoCompiler", err)
 	}
 }
 
@@ -73,7 +73,7 @@ func TestShimOffsets(t *testing.T) {
 	lib := buildShim(t)
 	bin := buildC(t, "clockprint")
 	ctl := filepath.Join(t.TempDir(), "clock")
-	c, err := CreateControlFile(ctl)
+	c, err := makeControlFile(ctl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +132,7 @@ func TestShimLive(t *testing.T) {
 	lib := buildShim(t)
 	bin := buildC(t, "clockprint")
 	ctl := filepath.Join(t.TempDir(), "clock")
-	c, err := CreateControlFile(ctl)
+	c, err := makeControlFile(ctl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestShimFileAppearsLater(t *testing.T) {
 	ctl := filepath.Join(t.TempDir(), "later", "clock")
 	tg := startTarget(t, bin, shimEnv(lib, ctl)...)
 	tg.waitFor(0, waitForShim, 3, "no file: true time", func(l line) bool { return cAllNear(l, 0) })
-	c, err := CreateControlFile(ctl)
+	c, err := makeControlFile(ctl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestShimDrift(t *testing.T) {
 	lib := buildShim(t)
 	bin := buildC(t, "clockprint")
 	ctl := filepath.Join(t.TempDir(), "clock")
-	c, err := CreateControlFile(ctl)
+	c, err := makeControlFile(ctl)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestShimErrno(t *testing.T) {
 	for _, ctl := range []string{filepath.Join(t.TempDir(), "missing"), ""} {
 		if ctl == "" {
 			ctl = filepath.Join(t.TempDir(), "clock")
-			c, err := CreateControlFile(ctl)
+			c, err := makeControlFile(ctl)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package clock
+package clockskew
 
 import (
 	"bufio"
@@ -23,7 +23,7 @@ import (
 // The injected region is two pages: page 0 (r-x) holds the data area and
 // the fake functions, page 1 (rw-) is scratch memory used only while a
 // thread is stopped under ptrace (the stack and result buffer of a probe,
-// see [Skew.Now]). Page 0's layout:
+// see [vdsoSkew.Now]). Page 0's layout:
 //
 //	0x000  magic      "SBVDSO\x00\x01"   finds the page again from another process
 //	0x008  seq        uint64             seqlock, odd while the offsets are written
@@ -253,7 +253,7 @@ func findVDSO(maps []mapping) (mapping, error) {
 			return m, nil
 		}
 	}
-	return mapping{}, ErrNoVDSO
+	return mapping{}, errNoVDSO
 }
 
 // findPage looks for an injected page: the start of some page of an
@@ -298,11 +298,11 @@ func vdsoSymbols(img []byte, base uint64) ([]vdsoSym, error) {
 		}
 	}
 	if !found {
-		return nil, fmt.Errorf("parse vDSO ELF: no PT_LOAD at offset 0: %w", ErrNoVDSOSymbol)
+		return nil, fmt.Errorf("parse vDSO ELF: no PT_LOAD at offset 0: %w", errNoVDSOSymbol)
 	}
 	syms, err := f.DynamicSymbols()
 	if err != nil {
-		return nil, fmt.Errorf("read vDSO dynamic symbols: %w: %w", ErrNoVDSOSymbol, err)
+		return nil, fmt.Errorf("read vDSO dynamic symbols: %w: %w", errNoVDSOSymbol, err)
 	}
 	byName := make(map[string]elf.Symbol, len(syms))
 	for _, s := range syms {
@@ -319,28 +319,28 @@ func vdsoSymbols(img []byte, base uint64) ([]vdsoSym, error) {
 			}
 		}
 		if out[i].addr == 0 && fn.required {
-			return nil, fmt.Errorf("%s: %w", fn.names[0], ErrNoVDSOSymbol)
+			return nil, fmt.Errorf("%s: %w", fn.names[0], errNoVDSOSymbol)
 		}
 	}
 	return out, nil
 }
 
-// classifyProcErr maps "no such file" on /proc/PID paths to ErrNoProcess
-// and permission errors to ErrPtraceDenied.
+// classifyProcErr maps "no such file" on /proc/PID paths to errNoProcess
+// and permission errors to errPtraceDenied.
 func classifyProcErr(err error) error {
 	switch {
 	case errors.Is(err, os.ErrNotExist), errors.Is(err, syscall.ESRCH):
-		return fmt.Errorf("%w: %w", ErrNoProcess, err)
+		return fmt.Errorf("%w: %w", errNoProcess, err)
 	case errors.Is(err, os.ErrPermission):
-		return fmt.Errorf("%w: %w", ErrPtraceDenied, err)
+		return fmt.Errorf("%w: %w", errPtraceDenied, err)
 	}
 	return err
 }
 
-// checkProcess returns ErrNoProcess unless pid names a live process.
+// checkProcess returns errNoProcess unless pid names a live process.
 func checkProcess(pid int) error {
 	if pid <= 0 {
-		return fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+		return fmt.Errorf("pid %d: %w", pid, errNoProcess)
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -348,14 +348,14 @@ func checkProcess(pid int) error {
 	}
 	// The state follows the parenthesised command, which may contain spaces.
 	if i := bytes.LastIndexByte(b, ')'); i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X') {
-		return fmt.Errorf("process %d is a zombie: %w", pid, ErrNoProcess)
+		return fmt.Errorf("process %d is a zombie: %w", pid, errNoProcess)
 	}
 	return nil
 }
 
-// Reading is a process's view of its clocks, observed by calling its own
+// skewReading is a process's view of its clocks, observed by calling its own
 // clock_gettime inside it, next to the true clocks read at the same moment.
-type Reading struct {
+type skewReading struct {
 	// Realtime and Monotonic are what the process's CLOCK_REALTIME and
 	// CLOCK_MONOTONIC returned.
 	Realtime  time.Time     `json:"realtime"`
@@ -370,12 +370,12 @@ type Reading struct {
 }
 
 // Skew returns the observed offsets (process minus true).
-func (r Reading) Skew() Offsets {
+func (r skewReading) Skew() Offsets {
 	return Offsets{Realtime: r.Realtime.Sub(r.TrueRealtime), Monotonic: r.Monotonic - r.TrueMonotonic}
 }
 
-// Status describes the vDSO skew state of a process.
-type Status struct {
+// skewStatus describes the vDSO skew state of a process.
+type skewStatus struct {
 	// PID is the process.
 	PID int `json:"pid"`
 	// Injected reports whether the page is present.
@@ -385,27 +385,27 @@ type Status struct {
 	// Offsets are the offsets in the page.
 	Offsets Offsets `json:"offsets"`
 	// Patched lists the vDSO functions currently jumping to the fakes;
-	// empty after Restore.
+	// empty after restoreSkew.
 	Patched []string `json:"patched"`
 }
 
-// Option configures [Inject] and [Open].
-type Option func(*options)
+// skewOption configures [injectSkew] and [openSkew].
+type skewOption func(*options)
 
 type options struct {
 	log     *slog.Logger
 	offsets *Offsets
 }
 
-// WithLogger sets the logger for progress messages (default: discard).
-func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+// withLogger sets the logger for progress messages (default: discard).
+func withLogger(l *slog.Logger) skewOption { return func(o *options) { o.log = l } }
 
-// WithOffsets makes Inject set o before patching the vDSO, so the process
+// withOffsets makes injectSkew set o before patching the vDSO, so the process
 // never runs the fakes with stale offsets. Without it a fresh injection
 // starts at zero and an existing one keeps its offsets.
-func WithOffsets(off Offsets) Option { return func(o *options) { o.offsets = &off } }
+func withOffsets(off Offsets) skewOption { return func(o *options) { o.offsets = &off } }
 
-func buildOptions(opts []Option) *options {
+func buildOptions(opts []skewOption) *options {
 	o := &options{log: slog.New(slog.DiscardHandler)}
 	for _, fn := range opts {
 		fn(o)
@@ -416,28 +416,28 @@ func buildOptions(opts []Option) *options {
 	return o
 }
 
-// Skew is a vDSO clock skew injected into one process. Its state lives in
+// vdsoSkew is a vDSO clock skew injected into one process. Its state lives in
 // the process (the page is found again by its magic marker), so any
-// process may [Open] it later. Methods are idempotent; a Skew is safe for
+// process may [openSkew] it later. Methods are idempotent; a vdsoSkew is safe for
 // concurrent use, but two processes must not change one target's skew at
 // the same time (nothing locks across processes).
-type Skew struct {
+type vdsoSkew struct {
 	pid  int
 	page uint64
 	log  *slog.Logger
 	mu   sync.Mutex // serialises this process's writes to the page
 }
 
-// Inject patches pid's vDSO clock_gettime (and gettimeofday and time) to
+// injectSkew patches pid's vDSO clock_gettime (and gettimeofday and time) to
 // jump to fakes that add per-clock offsets, mapping the page that holds
 // them on first use. It stops every thread of pid while patching and
 // leaves the process running. Injecting twice is harmless: the existing
-// page is reused and its offsets kept (unless WithOffsets is given).
+// page is reused and its offsets kept (unless withOffsets is given).
 //
 // The caller must not wait for pid concurrently (e.g. exec.Cmd.Wait in
 // another goroutine when pid is its child): that wait would consume the
 // ptrace stops.
-func Inject(ctx context.Context, pid int, opts ...Option) (*Skew, error) {
+func injectSkew(ctx context.Context, pid int, opts ...skewOption) (*vdsoSkew, error) {
 	o := buildOptions(opts)
 	if err := checkProcess(pid); err != nil {
 		return nil, fmt.Errorf("inject clock skew: %w", err)
@@ -445,23 +445,23 @@ func Inject(ctx context.Context, pid int, opts ...Option) (*Skew, error) {
 	return archInject(ctx, pid, o)
 }
 
-// Open finds the skew already injected into pid; it returns ErrNotInjected
+// openSkew finds the skew already injected into pid; it returns errNotInjected
 // if there is none.
-func Open(pid int, opts ...Option) (*Skew, error) {
+func openSkew(pid int, opts ...skewOption) (*vdsoSkew, error) {
 	o := buildOptions(opts)
-	st, err := Inspect(pid)
+	st, err := inspectSkew(pid)
 	if err != nil {
 		return nil, err
 	}
 	if !st.Injected {
-		return nil, fmt.Errorf("open clock skew of %d: %w", pid, ErrNotInjected)
+		return nil, fmt.Errorf("open clock skew of %d: %w", pid, errNotInjected)
 	}
-	return &Skew{pid: pid, page: st.Page, log: o.log}, nil
+	return &vdsoSkew{pid: pid, page: st.Page, log: o.log}, nil
 }
 
-// Inspect reports pid's vDSO skew state without stopping it.
-func Inspect(pid int) (Status, error) {
-	st := Status{PID: pid}
+// inspectSkew reports pid's vDSO skew state without stopping it.
+func inspectSkew(pid int) (skewStatus, error) {
+	st := skewStatus{PID: pid}
 	if err := checkProcess(pid); err != nil {
 		return st, fmt.Errorf("inspect clock skew: %w", err)
 	}
@@ -515,16 +515,16 @@ func patchedFuncs(m *procMem, page uint64) ([]string, error) {
 }
 
 // PID returns the target process.
-func (s *Skew) PID() int { return s.pid }
+func (s *vdsoSkew) PID() int { return s.pid }
 
 // Page returns the injected page's address in the target.
-func (s *Skew) Page() uint64 { return s.page }
+func (s *vdsoSkew) Page() uint64 { return s.page }
 
 // Set changes the offsets by writing the page through /proc/PID/mem
 // (seqlocked); the process is not stopped unless the kernel only allows
 // the write from an attached tracer, in which case one thread is stopped
 // for the write.
-func (s *Skew) Set(ctx context.Context, o Offsets) error {
+func (s *vdsoSkew) Set(ctx context.Context, o Offsets) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.setDirect(o); err == nil {
@@ -549,7 +549,7 @@ func (s *Skew) Set(ctx context.Context, o Offsets) error {
 // forceTracerWrites makes Set take its tracer path (tests).
 var forceTracerWrites = false
 
-func (s *Skew) setDirect(o Offsets) error {
+func (s *vdsoSkew) setDirect(o Offsets) error {
 	if forceTracerWrites {
 		return syscall.EIO
 	}
@@ -569,16 +569,16 @@ func (s *Skew) setDirect(o Offsets) error {
 }
 
 // checkPage verifies the page is still there (the process may have exec'd).
-func (s *Skew) checkPage(m *procMem) error {
+func (s *vdsoSkew) checkPage(m *procMem) error {
 	b, err := m.read(s.page+offMagic, len(pageMagic))
 	if err != nil || !bytes.Equal(b, pageMagic[:]) {
-		return fmt.Errorf("page %#x of %d gone (process exec'd?): %w", s.page, s.pid, ErrNotInjected)
+		return fmt.Errorf("page %#x of %d gone (process exec'd?): %w", s.page, s.pid, errNotInjected)
 	}
 	return nil
 }
 
 // Offsets reads the offsets back from the page.
-func (s *Skew) Offsets() (Offsets, error) {
+func (s *vdsoSkew) Offsets() (Offsets, error) {
 	m, err := openMem(s.pid)
 	if err != nil {
 		return Offsets{}, err
@@ -591,16 +591,16 @@ func (s *Skew) Offsets() (Offsets, error) {
 }
 
 // Status reports the skew's state.
-func (s *Skew) Status() (Status, error) { return Inspect(s.pid) }
+func (s *vdsoSkew) Status() (skewStatus, error) { return inspectSkew(s.pid) }
 
 // Reset sets the offsets to zero: the process sees true time, still
 // through the fakes.
-func (s *Skew) Reset(ctx context.Context) error { return s.Set(ctx, Offsets{}) }
+func (s *vdsoSkew) Reset(ctx context.Context) error { return s.Set(ctx, Offsets{}) }
 
 // Restore writes the original vDSO bytes back (stopping every thread
 // while it does) and zeroes the offsets. The page stays mapped, unused,
-// and is reused by a later Inject.
-func (s *Skew) Restore(ctx context.Context) error {
+// and is reused by a later injectSkew.
+func (s *vdsoSkew) Restore(ctx context.Context) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return archRestore(ctx, s)
@@ -609,23 +609,23 @@ func (s *Skew) Restore(ctx context.Context) error {
 // Now observes the process's clocks by calling its vDSO clock_gettime (the
 // fake, while patched) on one of its threads, stopped for the purpose,
 // with the page's scratch memory as stack and result buffer.
-func (s *Skew) Now(ctx context.Context) (Reading, error) { return archNow(ctx, s) }
+func (s *vdsoSkew) Now(ctx context.Context) (skewReading, error) { return archNow(ctx, s) }
 
-// ProcessNow observes pid's clocks as [Skew.Now] does. It needs a prior
-// [Inject] (for the scratch page); it returns ErrNotInjected otherwise.
-func ProcessNow(ctx context.Context, pid int) (Reading, error) {
-	s, err := Open(pid)
+// processNow observes pid's clocks as [vdsoSkew.Now] does. It needs a prior
+// [injectSkew] (for the scratch page); it returns errNotInjected otherwise.
+func processNow(ctx context.Context, pid int) (skewReading, error) {
+	s, err := openSkew(pid)
 	if err != nil {
-		return Reading{}, err
+		return skewReading{}, err
 	}
 	return s.Now(ctx)
 }
 
-// Restore undoes any vDSO patch in pid; a process never injected is left
+// restoreSkew undoes any vDSO patch in pid; a process never injected is left
 // alone and is not an error.
-func Restore(ctx context.Context, pid int, opts ...Option) error {
-	s, err := Open(pid, opts...)
-	if errors.Is(err, ErrNotInjected) {
+func restoreSkew(ctx context.Context, pid int, opts ...skewOption) error {
+	s, err := openSkew(pid, opts...)
+	if errors.Is(err, errNotInjected) {
 		return nil
 	}
 	if err != nil {

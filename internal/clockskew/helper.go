@@ -1,6 +1,6 @@
 //go:build linux
 
-package clock
+package clockskew
 
 import (
 	"context"
@@ -18,13 +18,13 @@ import (
 // Exit codes of HelperMain.
 const (
 	ExitOK    = 0 // success
-	ExitOther = 1 // any other failure (process not found, not injected, ...)
-	ExitUsage = 2 // bad command line
-	ExitEnv   = 3 // environment or permission: ptrace refused, wrong arch, no vDSO, no compiler
+	exitOther = 1 // any other failure (process not found, not injected, ...)
+	exitUsage = 2 // bad command line
+	exitEnv   = 3 // environment or permission: ptrace refused, wrong arch, no vDSO, no compiler
 )
 
-// HelperUsage is the helper's command-line syntax.
-const HelperUsage = `usage: clock [-v] <mechanism> <op> [flags]
+// helperUsage is the helper's command-line syntax.
+const helperUsage = `usage: clock [-v] <mechanism> <op> [flags]
 
 vDSO skew of a running process (Go programs and anything calling the vDSO; linux/amd64):
   vdso inject  --pid P [--realtime D] [--monotonic D]   patch the vDSO, then set the given offsets
@@ -57,7 +57,7 @@ func usageErr(format string, a ...any) error {
 
 // HelperMain runs the one-shot clock helper with args (without the program
 // name), e.g. ["vdso", "inject", "--pid", "42", "--realtime", "+5s"],
-// and returns its exit code: ExitOK, ExitOther, ExitUsage or ExitEnv.
+// and returns its exit code: ExitOK, exitOther, exitUsage or exitEnv.
 // Errors are printed to stderr as one line naming the fix where one is known.
 func HelperMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	level := slog.LevelWarn
@@ -75,9 +75,9 @@ func HelperMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if len(args) == 0 {
 			w = stderr
 		}
-		fmt.Fprint(w, HelperUsage)
+		fmt.Fprint(w, helperUsage)
 		if len(args) == 0 {
-			return ExitUsage
+			return exitUsage
 		}
 		return ExitOK
 	}
@@ -86,13 +86,13 @@ func HelperMain(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return ExitOK
 	}
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprint(stdout, HelperUsage)
+		fmt.Fprint(stdout, helperUsage)
 		return ExitOK
 	}
 	msg := strings.ReplaceAll(err.Error(), "\n", " ")
 	fmt.Fprintf(stderr, "clock %s: %s\n", strings.Join(opWords(args), " "), msg)
 	code := helperExitCode(err)
-	if code == ExitUsage {
+	if code == exitUsage {
 		fmt.Fprintln(stderr, "run 'clock help' for usage")
 	}
 	return code
@@ -112,14 +112,14 @@ func opWords(args []string) []string {
 func helperExitCode(err error) int {
 	switch {
 	case errors.Is(err, errUsage):
-		return ExitUsage
-	case errors.Is(err, ErrPtraceDenied), errors.Is(err, ErrAlreadyTraced),
-		errors.Is(err, ErrUnsupportedArch), errors.Is(err, ErrNoVDSO),
-		errors.Is(err, ErrNoVDSOSymbol), errors.Is(err, ErrNoCompiler),
+		return exitUsage
+	case errors.Is(err, errPtraceDenied), errors.Is(err, errAlreadyTraced),
+		errors.Is(err, errUnsupportedArch), errors.Is(err, errNoVDSO),
+		errors.Is(err, errNoVDSOSymbol), errors.Is(err, errNoCompiler),
 		errors.Is(err, os.ErrPermission):
-		return ExitEnv
+		return exitEnv
 	}
-	return ExitOther
+	return exitOther
 }
 
 type helper struct {
@@ -180,9 +180,9 @@ func (h *helper) parse(mechanism, op string, args []string, allowed ...string) (
 	f.fs = flag.NewFlagSet(mechanism+" "+op, flag.ContinueOnError)
 	f.fs.SetOutput(io.Discard)
 	f.fs.IntVar(&f.pid, "pid", 0, "target process")
-	defPath := os.Getenv(ControlFileEnv)
+	defPath := os.Getenv(controlFileEnv)
 	if defPath == "" {
-		defPath = DefaultControlPath
+		defPath = defaultControlPath
 	}
 	f.fs.StringVar(&f.path, "path", defPath, "control file")
 	f.fs.StringVar(&f.out, "out", "", "output file")
@@ -265,12 +265,12 @@ func (h *helper) vdso(ctx context.Context, op string, args []string) error {
 	switch op {
 	case "inject":
 		cur := Offsets{}
-		if st, err := Inspect(f.pid); err != nil {
+		if st, err := inspectSkew(f.pid); err != nil {
 			return err
 		} else if st.Injected {
 			cur = st.Offsets
 		}
-		s, err := Inject(ctx, f.pid, WithLogger(h.log), WithOffsets(f.merge(cur)))
+		s, err := injectSkew(ctx, f.pid, withLogger(h.log), withOffsets(f.merge(cur)))
 		if err != nil {
 			return err
 		}
@@ -279,7 +279,7 @@ func (h *helper) vdso(ctx context.Context, op string, args []string) error {
 		if !f.realtime.set && !f.monotonic.set {
 			return usageErr("vdso set needs --realtime and/or --monotonic")
 		}
-		s, err := Open(f.pid, WithLogger(h.log))
+		s, err := openSkew(f.pid, withLogger(h.log))
 		if err != nil {
 			return err
 		}
@@ -292,8 +292,8 @@ func (h *helper) vdso(ctx context.Context, op string, args []string) error {
 		}
 		return h.printStatus(s.Status())
 	case "reset":
-		s, err := Open(f.pid, WithLogger(h.log))
-		if errors.Is(err, ErrNotInjected) {
+		s, err := openSkew(f.pid, withLogger(h.log))
+		if errors.Is(err, errNotInjected) {
 			fmt.Fprintf(h.stdout, "pid %d: not injected; nothing to reset\n", f.pid)
 			return nil
 		}
@@ -305,12 +305,12 @@ func (h *helper) vdso(ctx context.Context, op string, args []string) error {
 		}
 		return h.printStatus(s.Status())
 	case "restore":
-		if err := Restore(ctx, f.pid, WithLogger(h.log)); err != nil {
+		if err := restoreSkew(ctx, f.pid, withLogger(h.log)); err != nil {
 			return err
 		}
-		return h.printStatus(Inspect(f.pid))
+		return h.printStatus(inspectSkew(f.pid))
 	case "show":
-		st, err := Inspect(f.pid)
+		st, err := inspectSkew(f.pid)
 		if err != nil {
 			return err
 		}
@@ -319,7 +319,7 @@ func (h *helper) vdso(ctx context.Context, op string, args []string) error {
 		}
 		return h.printStatus(st, nil)
 	case "now":
-		r, err := ProcessNow(ctx, f.pid)
+		r, err := processNow(ctx, f.pid)
 		if err != nil {
 			return err
 		}
@@ -338,7 +338,7 @@ func (h *helper) vdso(ctx context.Context, op string, args []string) error {
 	return nil
 }
 
-func (h *helper) printStatus(st Status, err error) error {
+func (h *helper) printStatus(st skewStatus, err error) error {
 	if err != nil {
 		return err
 	}
@@ -380,7 +380,7 @@ func (h *helper) file(op string, args []string) error {
 		if !f.realtime.set && !f.monotonic.set && !f.realtimePPM.set && !f.monoPPM.set {
 			return usageErr("file set needs --realtime, --monotonic, --realtime-ppm and/or --monotonic-ppm")
 		}
-		c, err := CreateControlFile(f.path)
+		c, err := makeControlFile(f.path)
 		if err != nil {
 			return err
 		}
@@ -408,7 +408,7 @@ func (h *helper) file(op string, args []string) error {
 		}
 		return h.printFile(c, false)
 	case "reset":
-		c, err := OpenControlFile(f.path)
+		c, err := loadControlFile(f.path)
 		if errors.Is(err, os.ErrNotExist) {
 			fmt.Fprintf(h.stdout, "%s: absent (no skew); nothing to reset\n", f.path)
 			return nil
@@ -422,7 +422,7 @@ func (h *helper) file(op string, args []string) error {
 		}
 		return h.printFile(c, false)
 	case "show":
-		c, err := OpenControlFile(f.path)
+		c, err := loadControlFile(f.path)
 		if err != nil {
 			return err
 		}
@@ -432,7 +432,7 @@ func (h *helper) file(op string, args []string) error {
 	return nil
 }
 
-func (h *helper) printFile(c *ControlFile, asJSON bool) error {
+func (h *helper) printFile(c *controlFile, asJSON bool) error {
 	st, err := c.Read()
 	if err != nil {
 		return err
@@ -441,7 +441,7 @@ func (h *helper) printFile(c *ControlFile, asJSON bool) error {
 	if asJSON {
 		return h.printJSON(struct {
 			Path string `json:"path"`
-			FileState
+			fileState
 			Effective Offsets `json:"effective"`
 		}{c.Path(), st, eff})
 	}
@@ -463,7 +463,7 @@ func (h *helper) shim(ctx context.Context, op string, args []string) error {
 		if err := BuildShim(ctx, f.out); err != nil {
 			return err
 		}
-		fmt.Fprintf(h.stdout, "built %s (use LD_PRELOAD=%s %s=<control file>)\n", f.out, f.out, ControlFileEnv)
+		fmt.Fprintf(h.stdout, "built %s (use LD_PRELOAD=%s %s=<control file>)\n", f.out, f.out, controlFileEnv)
 		return nil
 	case "source":
 		if _, err := h.parse("shim", op, args); err != nil {

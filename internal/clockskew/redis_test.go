@@ -1,6 +1,6 @@
 //go:build linux
 
-package clock
+package clockskew
 
 import (
 	"bufio"
@@ -119,7 +119,7 @@ func TestShimRedis(t *testing.T) {
 	}
 	lib := buildShim(t)
 	ctl := filepath.Join(t.TempDir(), "clock")
-	c, err := CreateControlFile(ctl)
+	c, err := makeControlFile(ctl)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package clock
+package clockskew
 
 import (
 	"context"
@@ -22,41 +22,26 @@ const (
 	ViaShim = "shim" // the LD_PRELOAD shim's control file
 )
 
-// DefaultTolerance is how far an observed offset may be from the one set,
+// defaultTolerance is how far an observed offset may be from the one set,
 // besides the observation's own uncertainty.
-const DefaultTolerance = 100 * time.Millisecond
+const defaultTolerance = 100 * time.Millisecond
 
 // TimeFunc reads, from inside node n, what n's shimmed main process
 // believes CLOCK_REALTIME is (for Redis: the TIME command).
 type TimeFunc func(ctx context.Context, n runtime.Node) (time.Time, error)
 
 // Shim says how the main process of one role's nodes is skewed: through
-// the LD_PRELOAD shim's control file instead of vDSO injection.
+// the LD_PRELOAD shim's control file (at its default path, the shim loaded
+// from [ShimPath]; see [PreloadCommand]) instead of vDSO injection.
 type Shim struct {
-	// ControlPath is the control file the process maps (DefaultControlPath
-	// when empty).
-	ControlPath string
-	// Lib is the shim library the process must have loaded (ShimPath when
-	// empty).
-	Lib string
 	// Now reads the process's own view of the wall clock; it verifies
 	// every change. Required.
 	Now TimeFunc
 }
 
-func (s *Shim) controlPath() string {
-	if s.ControlPath == "" {
-		return DefaultControlPath
-	}
-	return s.ControlPath
-}
+func (s *Shim) controlPath() string { return defaultControlPath }
 
-func (s *Shim) lib() string {
-	if s.Lib == "" {
-		return ShimPath
-	}
-	return s.Lib
-}
+func (s *Shim) lib() string { return ShimPath }
 
 // Observation is a process's view of its clocks, compared with the true
 // clocks at the same moment.
@@ -86,12 +71,21 @@ type Process struct {
 
 // NewProcess returns the clock of n's main process: through shim when it
 // is not nil, by vDSO injection otherwise. tolerance 0 means
-// DefaultTolerance.
+// defaultTolerance.
 func NewProcess(n runtime.Node, shim *Shim, tolerance time.Duration) *Process {
 	if tolerance <= 0 {
-		tolerance = DefaultTolerance
+		tolerance = defaultTolerance
 	}
 	return &Process{node: n, shim: shim, tolerance: tolerance, touch: func(runtime.Node, bool) {}}
+}
+
+// OnSkew makes p call f(node, true) before each change of the process's
+// clock, and f(node, false) once a reset or a probe has verifiably left
+// it on true time, so that its owner can reset whatever a failure left
+// skewed. It returns p; call it before p is in use.
+func (p *Process) OnSkew(f func(n runtime.Node, skewed bool)) *Process {
+	p.touch = f
+	return p
 }
 
 // Node returns the process's node.
@@ -118,16 +112,16 @@ func (p *Process) helper(ctx context.Context, args ...string) ([]byte, error) {
 		if msg == "" {
 			msg = strings.TrimSpace(string(res.Stdout))
 		}
-		return res.Stdout, &HelperError{Node: p.node.Name(), Args: args, Code: res.ExitCode, Msg: msg, Err: err}
+		return res.Stdout, &helperError{Node: p.node.Name(), Args: args, Code: res.ExitCode, Msg: msg, Err: err}
 	}
 	return res.Stdout, nil
 }
 
-// HelperError is a failed run of the clock helper inside a node.
-type HelperError struct {
+// helperError is a failed run of the clock helper inside a node.
+type helperError struct {
 	Node string
 	Args []string
-	// Code is the helper's exit status (ExitEnv: environment or
+	// Code is the helper's exit status (exitEnv: environment or
 	// permission).
 	Code int
 	// Msg is the helper's one-line message.
@@ -135,11 +129,11 @@ type HelperError struct {
 	Err error
 }
 
-func (e *HelperError) Error() string {
+func (e *helperError) Error() string {
 	return fmt.Sprintf("%s: clock %s: %s (exit %d)", e.Node, strings.Join(e.Args, " "), e.Msg, e.Code)
 }
 
-func (e *HelperError) Unwrap() error { return e.Err }
+func (e *helperError) Unwrap() error { return e.Err }
 
 func durArg(d time.Duration) string { return d.String() }
 
@@ -178,7 +172,7 @@ func (p *Process) Flip(ctx context.Context, o Offsets) error {
 	return nil
 }
 
-// nowJSON is `clock vdso now --json`'s output (a [Reading]).
+// nowJSON is `clock vdso now --json`'s output (a [skewReading]).
 type nowJSON struct {
 	Realtime      time.Time     `json:"realtime"`
 	Monotonic     time.Duration `json:"monotonic"`
@@ -193,7 +187,7 @@ type nowJSON struct {
 // the process's own time query (Shim.Now), compared with this process's
 // clock around the call: containers share the kernel's clock, and
 // splitbrain's own process is never skewed.
-func (p *Process) Observe(ctx context.Context) (Observation, error) {
+func (p *Process) observe(ctx context.Context) (Observation, error) {
 	if p.shim != nil {
 		if p.shim.Now == nil {
 			return Observation{}, fmt.Errorf("observe clock of %s: no way to ask its process the time", p.node.Name())
@@ -233,7 +227,7 @@ var ErrNotVerified = errors.New("process's clock is not at the offset set")
 // Verify observes the process and checks that its clocks are off by want
 // (within the tolerance plus the observation's uncertainty).
 func (p *Process) Verify(ctx context.Context, want Offsets) (Observation, error) {
-	obs, err := p.Observe(ctx)
+	obs, err := p.observe(ctx)
 	if err != nil {
 		return obs, err
 	}
@@ -251,7 +245,7 @@ func (p *Process) Verify(ctx context.Context, want Offsets) (Observation, error)
 	return obs, nil
 }
 
-// statusJSON is the part of `clock vdso show --json` ([Status]) read here.
+// statusJSON is the part of `clock vdso show --json` ([skewStatus]) read here.
 type statusJSON struct {
 	Injected bool     `json:"injected"`
 	Patched  []string `json:"patched"`
@@ -334,9 +328,9 @@ func (p *Process) Check(ctx context.Context) error {
 
 func (p *Process) checkVDSO(ctx context.Context) error {
 	err := p.Set(ctx, Offsets{})
-	var he *HelperError
+	var he *helperError
 	switch {
-	case errors.As(err, &he) && he.Code == ExitEnv:
+	case errors.As(err, &he) && he.Code == exitEnv:
 		return fmt.Errorf("%s; splitbrain grants SYS_PTRACE to the nodes it may skew, so the engine's seccomp or AppArmor profile must be blocking ptrace (allow it), or the platform is not linux/amd64: leave clock out of --nemesis or narrow --clock-targets", he.Msg)
 	case errors.As(err, &he) && strings.Contains(he.Msg, "unknown command"):
 		return fmt.Errorf("the node's splitbrain binary has no clock command: rebuild the images (splitbrain images build): %s", he.Msg)
@@ -392,7 +386,7 @@ func (p *Process) checkShim(ctx context.Context) error {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("its main process never mapped the control file %s: is %s=%s in its environment?", p.shim.controlPath(), ControlFileEnv, p.shim.controlPath())
+			return fmt.Errorf("its main process never mapped the control file %s: is %s=%s in its environment?", p.shim.controlPath(), controlFileEnv, p.shim.controlPath())
 		}
 		select {
 		case <-ctx.Done():

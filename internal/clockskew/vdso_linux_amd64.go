@@ -1,6 +1,6 @@
 //go:build linux && amd64
 
-package clock
+package clockskew
 
 import (
 	"bytes"
@@ -323,7 +323,7 @@ func attach(ctx context.Context, pid int, all bool, log *slog.Logger) (_ *sessio
 			}
 		}
 		if len(s.threads) == 0 {
-			return nil, fmt.Errorf("attach to %d: no live thread: %w", pid, ErrNoProcess)
+			return nil, fmt.Errorf("attach to %d: no live thread: %w", pid, errNoProcess)
 		}
 		if len(fresh) == 0 || !all {
 			break
@@ -339,9 +339,9 @@ func attach(ctx context.Context, pid int, all bool, log *slog.Logger) (_ *sessio
 func seizeError(pid, tid int, err error) error {
 	if errors.Is(err, unix.EPERM) {
 		if tp := tracerPID(tid); tp != 0 && tp != os.Getpid() {
-			return fmt.Errorf("ptrace seize %d (traced by %d): %w", tid, tp, ErrAlreadyTraced)
+			return fmt.Errorf("ptrace seize %d (traced by %d): %w", tid, tp, errAlreadyTraced)
 		}
-		return fmt.Errorf("ptrace seize %d of %d: %w: %w", tid, pid, ErrPtraceDenied, err)
+		return fmt.Errorf("ptrace seize %d of %d: %w: %w", tid, pid, errPtraceDenied, err)
 	}
 	return fmt.Errorf("ptrace seize %d of %d: %w", tid, pid, err)
 }
@@ -668,7 +668,7 @@ func findSyscallInsn(img []byte, base uint64, ws []window) (uint64, error) {
 	for off := 0; ; {
 		i := bytes.Index(img[off:], []byte{0x0f, 0x05})
 		if i < 0 {
-			return 0, fmt.Errorf("no syscall instruction in the vDSO: %w", ErrNoVDSOSymbol)
+			return 0, fmt.Errorf("no syscall instruction in the vDSO: %w", errNoVDSOSymbol)
 		}
 		a := base + uint64(off+i)
 		ok := true
@@ -684,7 +684,7 @@ func findSyscallInsn(img []byte, base uint64, ws []window) (uint64, error) {
 	}
 }
 
-func archInject(ctx context.Context, pid int, o *options) (*Skew, error) {
+func archInject(ctx context.Context, pid int, o *options) (*vdsoSkew, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	if _, err := readMaps(pid); err != nil {
@@ -698,8 +698,8 @@ func archInject(ctx context.Context, pid int, o *options) (*Skew, error) {
 	return s.inject(ctx, o)
 }
 
-// inject does Inject's work on an attached session.
-func (s *session) inject(ctx context.Context, o *options) (*Skew, error) {
+// inject does injectSkew's work on an attached session.
+func (s *session) inject(ctx context.Context, o *options) (*vdsoSkew, error) {
 	pid := s.pid
 	// Read the maps only now that every thread is stopped.
 	maps, err := readMaps(pid)
@@ -725,7 +725,7 @@ func (s *session) inject(ctx context.Context, o *options) (*Skew, error) {
 		}
 		if sym.size != 0 && sym.size < jumpLen {
 			if vdsoFuncs[i].required {
-				return nil, fmt.Errorf("inject clock skew into %d: %s is %d bytes, too short for a %d-byte jump: %w", pid, sym.name, sym.size, jumpLen, ErrNoVDSOSymbol)
+				return nil, fmt.Errorf("inject clock skew into %d: %s is %d bytes, too short for a %d-byte jump: %w", pid, sym.name, sym.size, jumpLen, errNoVDSOSymbol)
 			}
 			syms[i] = vdsoSym{}
 			continue
@@ -823,10 +823,10 @@ func (s *session) inject(ctx context.Context, o *options) (*Skew, error) {
 		}
 		o.log.Debug("patched vDSO function", "pid", pid, "func", sym.name, "addr", fmt.Sprintf("%#x", sym.addr))
 	}
-	return &Skew{pid: pid, page: page, log: o.log}, nil
+	return &vdsoSkew{pid: pid, page: page, log: o.log}, nil
 }
 
-func archRestore(ctx context.Context, sk *Skew) error {
+func archRestore(ctx context.Context, sk *vdsoSkew) error {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	s, err := attach(ctx, sk.pid, true, sk.log)
@@ -837,8 +837,8 @@ func archRestore(ctx context.Context, sk *Skew) error {
 	return s.restore(ctx, sk)
 }
 
-// restore does Restore's work on an attached session.
-func (s *session) restore(ctx context.Context, sk *Skew) error {
+// restore does restoreSkew's work on an attached session.
+func (s *session) restore(ctx context.Context, sk *vdsoSkew) error {
 	if err := sk.checkPage(s.mem); err != nil {
 		return fmt.Errorf("restore vDSO: %w", err)
 	}
@@ -881,24 +881,24 @@ func (s *session) restore(ctx context.Context, sk *Skew) error {
 	return nil
 }
 
-func archNow(ctx context.Context, sk *Skew) (Reading, error) {
+func archNow(ctx context.Context, sk *vdsoSkew) (skewReading, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	s, err := attach(ctx, sk.pid, false, sk.log)
 	if err != nil {
-		return Reading{}, fmt.Errorf("probe clock of %d: %w", sk.pid, err)
+		return skewReading{}, fmt.Errorf("probe clock of %d: %w", sk.pid, err)
 	}
 	defer s.detach()
 	if err := sk.checkPage(s.mem); err != nil {
-		return Reading{}, fmt.Errorf("probe clock: %w", err)
+		return skewReading{}, fmt.Errorf("probe clock: %w", err)
 	}
 	raw, err := s.mem.read(sk.page+offPatches, patchRecSize)
 	if err != nil {
-		return Reading{}, fmt.Errorf("probe clock: %w", err)
+		return skewReading{}, fmt.Errorf("probe clock: %w", err)
 	}
 	fn := decodePatch(raw).addr // __vdso_clock_gettime, patched or not
 	if fn == 0 {
-		return Reading{}, fmt.Errorf("probe clock of %d: no clock_gettime recorded: %w", sk.pid, ErrNotInjected)
+		return skewReading{}, fmt.Errorf("probe clock of %d: no clock_gettime recorded: %w", sk.pid, errNotInjected)
 	}
 	t := s.pick()
 	buf := sk.page + offScratch
@@ -924,13 +924,13 @@ func archNow(ctx context.Context, sk *Skew) (Reading, error) {
 	}
 	rt, trueRT, err := probe(clockRealtime)
 	if err != nil {
-		return Reading{}, fmt.Errorf("probe clock: %w", err)
+		return skewReading{}, fmt.Errorf("probe clock: %w", err)
 	}
 	mono, trueMono, err := probe(clockMonotonic)
 	if err != nil {
-		return Reading{}, fmt.Errorf("probe clock: %w", err)
+		return skewReading{}, fmt.Errorf("probe clock: %w", err)
 	}
-	return Reading{
+	return skewReading{
 		Realtime: time.Unix(0, int64(rt)), Monotonic: mono,
 		TrueRealtime: time.Unix(0, int64(trueRT)), TrueMonotonic: trueMono,
 		Uncertainty: uncertainty,

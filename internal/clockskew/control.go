@@ -1,6 +1,6 @@
 //go:build linux
 
-package clock
+package clockskew
 
 import (
 	"errors"
@@ -40,8 +40,8 @@ type controlLayout struct {
 // Compile-time check that controlLayout is the 64 bytes the C side expects.
 var _ [64]byte = [unsafe.Sizeof(controlLayout{})]byte{}
 
-// FileState is what a control file holds.
-type FileState struct {
+// fileState is what a control file holds.
+type fileState struct {
 	// Offsets are the fixed offsets.
 	Offsets
 	// RealtimePPM and MonotonicPPM are drift rates in parts per million:
@@ -59,7 +59,7 @@ type FileState struct {
 
 // Effective returns the total realtime and monotonic skew in force at the
 // given true clock readings, drift included.
-func (s FileState) Effective(trueRealtime, trueMonotonic int64) Offsets {
+func (s fileState) Effective(trueRealtime, trueMonotonic int64) Offsets {
 	return Offsets{
 		Realtime:  s.Realtime + time.Duration(drift(trueRealtime-s.RealtimeBase, s.RealtimePPM)),
 		Monotonic: s.Monotonic + time.Duration(drift(trueMonotonic-s.MonotonicBase, s.MonotonicPPM)),
@@ -76,11 +76,11 @@ func drift(elapsed, ppm int64) int64 {
 	return v.Quo(v, big.NewInt(1_000_000)).Int64()
 }
 
-// ControlFile is an open, memory-mapped shim control file. Updates are
+// controlFile is an open, memory-mapped shim control file. Updates are
 // seqlocked, so a shimmed process never sees a torn write; writers in
-// different processes are serialised with flock(2). A ControlFile is safe
+// different processes are serialised with flock(2). A controlFile is safe
 // for concurrent use.
-type ControlFile struct {
+type controlFile struct {
 	path string
 	mu   sync.Mutex
 	f    *os.File
@@ -88,10 +88,10 @@ type ControlFile struct {
 	ctl  *controlLayout
 }
 
-// CreateControlFile opens the control file at path, creating it (and its
+// makeControlFile opens the control file at path, creating it (and its
 // directory) with zero offsets if it does not exist. Creation is atomic: a
 // shim never sees a short or uninitialised file.
-func CreateControlFile(path string) (*ControlFile, error) {
+func makeControlFile(path string) (*controlFile, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("create clock control file %s: %w", path, err)
 	}
@@ -130,13 +130,13 @@ func createControlFile(path string) error {
 	return nil
 }
 
-// OpenControlFile opens an existing control file at path; it fails with
-// ErrBadControlFile if the file is not one.
-func OpenControlFile(path string) (*ControlFile, error) {
+// loadControlFile opens an existing control file at path; it fails with
+// errBadControlFile if the file is not one.
+func loadControlFile(path string) (*controlFile, error) {
 	return openControlFile(path, false)
 }
 
-func openControlFile(path string, repair bool) (*ControlFile, error) {
+func openControlFile(path string, repair bool) (*controlFile, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open clock control file: %w", err)
@@ -149,14 +149,14 @@ func openControlFile(path string, repair bool) (*ControlFile, error) {
 	return c, nil
 }
 
-func mapControlFile(path string, f *os.File, repair bool) (*ControlFile, error) {
+func mapControlFile(path string, f *os.File, repair bool) (*controlFile, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("stat clock control file %s: %w", path, err)
 	}
 	if st.Size() < controlSize {
 		if !repair {
-			return nil, fmt.Errorf("clock control file %s: %d bytes, want %d: %w", path, st.Size(), controlSize, ErrBadControlFile)
+			return nil, fmt.Errorf("clock control file %s: %d bytes, want %d: %w", path, st.Size(), controlSize, errBadControlFile)
 		}
 		if err := f.Truncate(controlSize); err != nil {
 			return nil, fmt.Errorf("grow clock control file %s: %w", path, err)
@@ -166,7 +166,7 @@ func mapControlFile(path string, f *os.File, repair bool) (*ControlFile, error) 
 	if err != nil {
 		return nil, fmt.Errorf("mmap clock control file %s: %w", path, err)
 	}
-	c := &ControlFile{path: path, f: f, mem: mem, ctl: (*controlLayout)(unsafe.Pointer(&mem[0]))}
+	c := &controlFile{path: path, f: f, mem: mem, ctl: (*controlLayout)(unsafe.Pointer(&mem[0]))}
 	magic, version := atomic.LoadUint32(&c.ctl.Magic), atomic.LoadUint32(&c.ctl.Version)
 	switch {
 	case magic == controlMagic && version == controlVersion:
@@ -179,24 +179,24 @@ func mapControlFile(path string, f *os.File, repair bool) (*ControlFile, error) 
 		}
 	default:
 		unix.Munmap(mem)
-		return nil, fmt.Errorf("clock control file %s: magic %#x version %d: %w", path, magic, version, ErrBadControlFile)
+		return nil, fmt.Errorf("clock control file %s: magic %#x version %d: %w", path, magic, version, errBadControlFile)
 	}
 	return c, nil
 }
 
 // Path returns the file's path.
-func (c *ControlFile) Path() string { return c.path }
+func (c *controlFile) Path() string { return c.path }
 
 // Read returns the file's current contents (a consistent snapshot).
-func (c *ControlFile) Read() (FileState, error) {
+func (c *controlFile) Read() (fileState, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.mem == nil {
-		return FileState{}, fmt.Errorf("read clock control file %s: %w", c.path, os.ErrClosed)
+		return fileState{}, fmt.Errorf("read clock control file %s: %w", c.path, os.ErrClosed)
 	}
 	for {
 		s1 := atomic.LoadUint64(&c.ctl.Seq)
-		st := FileState{
+		st := fileState{
 			Offsets: Offsets{
 				Realtime:  time.Duration(atomic.LoadInt64(&c.ctl.RTOffsetNS)),
 				Monotonic: time.Duration(atomic.LoadInt64(&c.ctl.MonoOffsetNS)),
@@ -216,7 +216,7 @@ func (c *ControlFile) Read() (FileState, error) {
 }
 
 // Set sets the fixed offsets, keeping any drift rates.
-func (c *ControlFile) Set(o Offsets) error {
+func (c *controlFile) Set(o Offsets) error {
 	return c.write(func(l *controlLayout) {
 		l.RTOffsetNS, l.MonoOffsetNS = int64(o.Realtime), int64(o.Monotonic)
 	})
@@ -225,7 +225,7 @@ func (c *ControlFile) Set(o Offsets) error {
 // SetDrift sets the drift rates (ppm) of the realtime and monotonic
 // families. The drift accumulated so far under the old rates is folded into
 // the fixed offsets, so the skewed clocks stay continuous.
-func (c *ControlFile) SetDrift(realtimePPM, monotonicPPM int64) error {
+func (c *controlFile) SetDrift(realtimePPM, monotonicPPM int64) error {
 	rt, mono := trueClocks()
 	return c.write(func(l *controlLayout) {
 		l.RTOffsetNS += drift(rt-l.RTBaseNS, l.RTRatePPM)
@@ -237,14 +237,14 @@ func (c *ControlFile) SetDrift(realtimePPM, monotonicPPM int64) error {
 
 // Reset zeroes the offsets and drift rates: the shimmed process sees true
 // time again.
-func (c *ControlFile) Reset() error {
+func (c *controlFile) Reset() error {
 	return c.write(func(l *controlLayout) {
 		*l = controlLayout{Magic: l.Magic, Version: l.Version, Seq: l.Seq}
 	})
 }
 
 // Close unmaps and closes the file; the offsets stay in force.
-func (c *ControlFile) Close() error {
+func (c *controlFile) Close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.mem == nil {
@@ -258,7 +258,7 @@ func (c *ControlFile) Close() error {
 	return nil
 }
 
-func (c *ControlFile) write(fn func(*controlLayout)) error {
+func (c *controlFile) write(fn func(*controlLayout)) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.mem == nil {
@@ -269,7 +269,7 @@ func (c *ControlFile) write(fn func(*controlLayout)) error {
 
 // update applies fn under the file lock and the seqlock. fn sees a copy
 // of the fields and may change any of them but Seq.
-func (c *ControlFile) update(fn func(*controlLayout)) error {
+func (c *controlFile) update(fn func(*controlLayout)) error {
 	if err := unix.Flock(int(c.f.Fd()), unix.LOCK_EX); err != nil {
 		return fmt.Errorf("lock clock control file %s: %w", c.path, err)
 	}

@@ -1,0 +1,110 @@
+package nemesis
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// Kind is a fault as the rest of splitbrain knows it: its name, a line of
+// documentation, its settings (a [Spec], which builds the [Nemesis]) and
+// how the report shows it. A fault registers its Kind with [Register] from
+// an init function of its own file or package; the command line, the
+// harness and the report find it there and name no fault themselves.
+type Kind struct {
+	// Name is the fault's name in --nemesis, in the history and in
+	// results.json ("pause").
+	Name string
+	// Doc says in one line what the fault does (the help of --nemesis).
+	Doc string
+	// NewSpec returns the fault's settings at their defaults.
+	NewSpec func() Spec
+	// Report is how reports show the fault.
+	Report Report
+}
+
+// Report is how reports show one kind of fault.
+type Report struct {
+	// Color is the fault's colour in the plots' bands (a CSS colour).
+	Color string
+	// Phrase words the fault in an anomaly's explanation: who is "it" or
+	// the fault's targets ("n1 and n2"), be is "was" or "were"; e.g.
+	// who+" "+be+" cut off by a network partition".
+	Phrase func(who, be string) string
+	// QuoteDetail adds the fault's detail (its history event's) to the
+	// phrase.
+	QuoteDetail bool
+	// Freezes says the fault stops its targets until it heals: a client's
+	// own fault is shaded on its row of the timeline, and its heal dates
+	// the moment the client ran again.
+	Freezes bool
+}
+
+var registry = struct {
+	sync.RWMutex
+	kinds map[string]Kind
+}{kinds: map[string]Kind{}}
+
+// Register makes a fault known. It panics on an empty or taken name (or
+// "none", which --nemesis reserves), or a Kind without NewSpec: a
+// programming error, found when the program starts.
+func Register(k Kind) {
+	registry.Lock()
+	defer registry.Unlock()
+	switch _, taken := registry.kinds[k.Name]; {
+	case k.Name == "" || k.Name == "none" || strings.ContainsAny(k.Name, ", "):
+		panic(fmt.Sprintf("nemesis: Register of a fault named %q", k.Name))
+	case taken:
+		panic("nemesis: Register of " + k.Name + " twice")
+	case k.NewSpec == nil:
+		panic("nemesis: Register of " + k.Name + " without NewSpec")
+	}
+	registry.kinds[k.Name] = k
+}
+
+// Lookup returns the fault called name.
+func Lookup(name string) (Kind, bool) {
+	registry.RLock()
+	defer registry.RUnlock()
+	k, ok := registry.kinds[name]
+	return k, ok
+}
+
+// Kinds returns every registered fault, by name.
+func Kinds() []Kind {
+	registry.RLock()
+	defer registry.RUnlock()
+	out := make([]Kind, 0, len(registry.kinds))
+	for _, k := range registry.kinds {
+		out = append(out, k)
+	}
+	slices.SortFunc(out, func(a, b Kind) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// Names returns the registered faults' names, sorted.
+func Names() []string {
+	var out []string
+	for _, k := range Kinds() {
+		out = append(out, k.Name)
+	}
+	return out
+}
+
+// Select parses a --nemesis list ("pause,clock"; "none" and empty items
+// stand for nothing) into the names of registered faults, in order.
+func Select(list string) ([]string, error) {
+	var out []string
+	for _, name := range strings.Split(list, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" || name == "none" {
+			continue
+		}
+		if _, ok := Lookup(name); !ok {
+			return nil, fmt.Errorf("unknown nemesis %q (known: none, %s)", name, strings.Join(Names(), ", "))
+		}
+		out = append(out, name)
+	}
+	return out, nil
+}
