@@ -60,7 +60,7 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		"long-ttl-unavailable": "redis",
 		"client-clock-expiry":  "redis",
 		"unchecked-release":    "redis",
-		"unfenced-late-write":  all + ",redlock",
+		"unfenced-late-write":  "etcd,lockd,redis,redlock,zookeeper",
 		"bypass-writer":        "redis",
 		"single-node-away":     "redis",
 		"single-node-restart":  "redis",
