@@ -202,6 +202,15 @@ var Fencing = Need{"a client that gives fencing tokens", func(b targets.Backend)
 	return err == nil && r.Fencing
 }}
 
+// HasClient needs the lock client kind (a registered recipe) to serve the
+// backend: scenarios about a library's known reports.
+func HasClient(kind string) Need {
+	return Need{"the client " + kind, func(b targets.Backend) bool {
+		r, err := targets.LookupRecipe(kind)
+		return err == nil && r.Serves(b.Name)
+	}}
+}
+
 // ForgetsOnKill: a lock service that, killed and restarted in its default
 // configuration, forgets its locks and the fencing tokens it gave.
 var ForgetsOnKill = Need{"a lock service that forgets its tokens when killed", func(b targets.Backend) bool { return !b.Durable }}
@@ -388,6 +397,28 @@ func Catalogue() []Scenario {
 				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), MinLateRejected: 1},
+		},
+		// Known reports (the known-bugs set; docs/zookeeper.md has the
+		// sources, versions and what was observed).
+		{
+			Name: "curator-disconnect-two-holders", AntiPattern: 5, Needs: []Need{HasClient("curator")},
+			Title: "Curator InterProcessMutex: a holder cut from ZooKeeper past its session timeout still holds while another acquires (CURATOR-206)",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				c.Client, c.Workload, c.Nemesis, c.Keys, c.Concurrency = "curator", "unfenced-counter", "partition", 1, 3
+				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
+				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
+			},
+			Expect: Expect{Valid: verdict(checkers.Invalid), MinOverlaps: 1},
+		},
+		{
+			Name: "curator-session-expiry-race", AntiPattern: 5, Needs: []Need{HasClient("curator")},
+			Title: "Curator InterProcessMutex: sessions of holders and waiters expire while they are frozen, and the woken holder writes (CURATOR-604)",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				c.Client, c.Workload, c.Nemesis, c.Keys, c.Concurrency = "curator", "unfenced-counter", "pause", 1, 4
+				nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = nemesis.Weights{nemesis.GroupHolder: 2, nemesis.GroupClient: 1}
+				c.Work, c.NemesisInterval = 300*time.Millisecond, 2*time.Second
+			},
+			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
 	}
 }
