@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -167,5 +168,51 @@ func TestZooKeeperClockAndRestart(t *testing.T) {
 		leader.Name(), old.Zxid, old.Epoch(), back.Mode, back.Zxid, newLeader.Name(), status(newLeader).Epoch())
 	if back.Zxid < old.Zxid || status(newLeader).Epoch() <= old.Epoch() {
 		t.Fatalf("zxid went from %#x to %#x, epoch from %d to %d: data lost or no new epoch", old.Zxid, back.Zxid, old.Epoch(), status(newLeader).Epoch())
+	}
+}
+
+// TestZooKeeperAdaptersConform runs `splitbrain client-check` on the Curator
+// and Kazoo adapters inside their own client images, against a real
+// ensemble: each speaks the client protocol, says what it offers, tells
+// busy from granted and gives tokens that grow.
+func TestZooKeeperAdaptersConform(t *testing.T) {
+	cli := testenv.Docker(t)
+	roles := []string{zookeeper.Role, "client-" + zookeeper.CuratorKind, "client-" + zookeeper.KazooKind}
+	imgs := testenv.Images(t, cli, roles...)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("z%d", time.Now().UnixNano()%1e9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rt.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	cl, err := zookeeper.Target{}.Start(ctx, rt, targets.Options{Images: imgs, TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps := cl.Recipe().Endpoints
+	for _, c := range []struct{ kind, adapter string }{
+		{zookeeper.CuratorKind, zookeeper.CuratorAdapter},
+		{zookeeper.KazooKind, zookeeper.KazooAdapter},
+	} {
+		t.Run(c.kind, func(t *testing.T) {
+			n, err := rt.Start(ctx, runtime.NodeSpec{
+				Name: "c-" + c.kind, Role: "client-" + c.kind, Image: imgs["client-"+c.kind],
+				Cmd: []string{"sleep", "infinity"}, Caps: []string{runtime.CapNetAdmin},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := n.Exec(ctx, []string{"/usr/local/bin/splitbrain", "client-check", "--backend", zookeeper.Name,
+				"--endpoints", strings.Join(eps, ","), "--dir", zookeeper.ClientDir, "--", "sh", "-c", c.adapter})
+			t.Logf("client-check:\n%s", res.Stdout)
+			if err != nil {
+				t.Fatalf("client-check failed: %v\n%s", err, res.Stderr)
+			}
+		})
 	}
 }
