@@ -51,6 +51,12 @@ public final class CuratorAdapter {
     static final String LOCK_ROOT = "/splitbrain/locks";
     /** Kept back from a request's deadline for the reply's own work. */
     static final long MARGIN_MS = 60;
+    /**
+     * Kept back from an acquisition's deadline when Curator is told how
+     * long to wait: it overruns its own timeout (thread wake-ups on a busy
+     * machine), and the token still has to be read.
+     */
+    static final long WAIT_MARGIN_MS = 300;
 
     static final ObjectMapper JSON = new ObjectMapper();
     static PrintStream out;
@@ -214,7 +220,7 @@ public final class CuratorAdapter {
         long deadline = System.nanoTime() + TimeUnit.MILLISECONDS.toNanos(req.path("deadline_ms").asLong(5000));
         String key = req.path("key").asText();
         Lease l = new Lease("L" + nextLease.incrementAndGet(), LOCK_ROOT + "/" + key);
-        long wait = Math.max(0, remaining(deadline) - 2 * MARGIN_MS);
+        long wait = Math.max(0, remaining(deadline) - WAIT_MARGIN_MS);
         Future<Boolean> f = l.thread.submit(() -> {
             if (!l.mutex.acquire(wait, TimeUnit.MILLISECONDS)) {
                 return false;
@@ -226,8 +232,9 @@ public final class CuratorAdapter {
         try {
             got = f.get(Math.max(0, remaining(deadline) - MARGIN_MS), TimeUnit.MILLISECONDS);
         } catch (TimeoutException e) {
-            // Curator retries past its own timeout when the connection is
-            // lost: give up, and release whatever it gets later.
+            // Curator overran its own timeout: waiting for the lock while
+            // connected (busy), or retrying a lost connection (unavailable).
+            // Give up, and release whatever it gets later.
             l.thread.submit(() -> {
                 try {
                     if (f.get()) {
@@ -239,7 +246,11 @@ public final class CuratorAdapter {
                 return null;
             });
             l.thread.shutdown();
-            send(reply(id, "unavailable").put("message", "Curator did not answer before the deadline (connection " + connection() + ")"));
+            if (client.getZookeeperClient().isConnected()) {
+                send(reply(id, "busy"));
+            } else {
+                send(reply(id, "unavailable").put("message", "Curator did not answer before the deadline, not connected"));
+            }
             return;
         } catch (java.util.concurrent.ExecutionException e) {
             l.thread.shutdown();

@@ -27,6 +27,10 @@ import kazoo.version
 LOCK_ROOT = "/splitbrain/locks"
 # Kept back from a request's deadline for the reply's own work.
 MARGIN = 0.06
+# Kept back from an acquisition's deadline when Kazoo is told how long to
+# wait: it overruns its own timeout (thread wake-ups on a busy machine), and
+# the token still has to be read.
+WAIT_MARGIN = 0.3
 
 out = sys.stdout
 sys.stdout = sys.stderr  # protocol lines only on the real stdout
@@ -96,7 +100,7 @@ def hello(req):
 def acquire(req):
     deadline = time.monotonic() + req.get("deadline_ms", 5000) / 1000.0
     lock = Lock(client, LOCK_ROOT + "/" + req["key"])
-    wait = max(0.0, deadline - time.monotonic() - 2 * MARGIN)
+    wait = max(0.0, deadline - time.monotonic() - WAIT_MARGIN)
     result = {}
     done = threading.Event()
 
@@ -111,8 +115,9 @@ def acquire(req):
 
     threading.Thread(target=run, daemon=True).start()
     if not done.wait(max(0.0, deadline - time.monotonic() - MARGIN)):
-        # Kazoo retries past its timeout while the connection is lost: give
-        # up, and release whatever it gets later.
+        # Kazoo overran its own timeout: waiting for the lock while
+        # connected (busy), or retrying a lost connection (unavailable).
+        # Give up, and release whatever it gets later.
         def later():
             done.wait()
             if result.get("got"):
@@ -121,6 +126,8 @@ def acquire(req):
                 except KazooException as e:
                     log("release of a late grant: %s" % e)
         threading.Thread(target=later, daemon=True).start()
+        if client.connected:
+            return {"type": "busy"}
         return {"type": "unavailable", "message": "Kazoo did not answer before the deadline (state %s)" % client.state}
     if "err" in result:
         return {"type": "unavailable", "message": "acquire: %r" % result["err"]}
