@@ -2,8 +2,10 @@
 // Apache ZooKeeper 3.8 from Debian's packages (libzookeeper-java on a
 // headless OpenJDK 17), one container each at fixed addresses, and the lock
 // clients people use on it: go-zookeeper/zk's Lock in process (this
-// package), and Apache Curator's InterProcessMutex (Java) and Kazoo's Lock
-// (Python) through the client protocol (subpackages curator and kazoo).
+// package), and Apache Curator's InterProcessMutex (Java, client "curator")
+// and Kazoo's Lock (Python, client "kazoo") through the client protocol:
+// their adapters are in adapters/, embedded here, and go into client images
+// of their own (the Java one compiled with javac in the image's build).
 //
 // Each member's main process is `splitbrain zookeeper`, which writes the
 // member's myid and zoo.cfg into its data directory and execs the JVM, so
