@@ -49,13 +49,35 @@ type Locker struct {
 	log    *slog.Logger
 
 	mu   sync.Mutex
-	conn *zk.Conn
+	sess *session
 	// expired counts sessions that expired under us: the session's
 	// keep-alive failed for a whole TTL.
 	expired atomic.Int64
 	// falseGrants counts Lock calls that returned while the lowest node
 	// was not ours (a session replaced under a waiting Lock).
 	falseGrants atomic.Int64
+}
+
+// session is one ZooKeeper session of a Locker and what its connection's
+// events said.
+type session struct {
+	conn *zk.Conn
+	// downSince is when the connection was lost (unix ns), 0 while it has
+	// a session.
+	downSince atomic.Int64
+	// expired says the members told it the session expired.
+	expired atomic.Bool
+}
+
+// lost reports whether the session must be gone at the members: they said
+// it expired, go-zookeeper replaced it (sid is the one a lock was granted
+// in), or it has had no connection for longer than its timeout.
+func (s *session) lost(sid int64, ttl time.Duration) bool {
+	if s.expired.Load() || s.conn.SessionID() != sid {
+		return true
+	}
+	d := s.downSince.Load()
+	return d != 0 && time.Since(time.Unix(0, d)) > ttl
 }
 
 var (
@@ -109,66 +131,70 @@ func (z zkLogger) Printf(format string, args ...any) {
 
 // connFor returns the live session, connecting (bounded by ctx) when
 // there is none.
-func (l *Locker) connFor(ctx context.Context) (*zk.Conn, error) {
+func (l *Locker) connFor(ctx context.Context) (*session, error) {
 	l.mu.Lock()
-	c := l.conn
+	ss := l.sess
 	l.mu.Unlock()
-	if c == nil {
-		var err error
-		c, _, err = zk.Connect(l.eps, l.ttl,
+	if ss == nil {
+		ss = &session{}
+		c, _, err := zk.Connect(l.eps, l.ttl,
 			zk.WithLogger(zkLogger{l.log}), zk.WithLogInfo(false),
-			zk.WithEventCallback(l.event))
+			zk.WithEventCallback(func(ev zk.Event) { l.event(ss, ev) }))
 		if err != nil {
 			return nil, fmt.Errorf("zookeeper connect: %w: %w", targets.ErrUnavailable, err)
 		}
+		ss.conn = c
 		l.mu.Lock()
-		if l.conn != nil { // another acquisition connected first
-			old := c
-			c = l.conn
+		if l.sess != nil { // another acquisition connected first
+			mine := ss
+			ss = l.sess
 			l.mu.Unlock()
-			go old.Close()
+			go mine.conn.Close()
 		} else {
-			l.conn = c
+			l.sess = ss
 			l.mu.Unlock()
 		}
 	}
-	for c.State() != zk.StateHasSession {
+	for ss.conn.State() != zk.StateHasSession {
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("zookeeper session: %w: state %v: %w", targets.ErrUnavailable, c.State(), ctx.Err())
+			return nil, fmt.Errorf("zookeeper session: %w: state %v: %w", targets.ErrUnavailable, ss.conn.State(), ctx.Err())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	return c, nil
+	return ss, nil
 }
 
-// event logs the session's state changes: what go-zookeeper tells its
-// caller about connection loss and session expiry.
-func (l *Locker) event(ev zk.Event) {
+// event records and logs a session's state changes: what go-zookeeper
+// tells its caller about connection loss and session expiry.
+func (l *Locker) event(ss *session, ev zk.Event) {
 	if ev.Type != zk.EventSession {
 		return
 	}
 	switch ev.State {
 	case zk.StateExpired:
+		ss.expired.Store(true)
 		l.expired.Add(1)
 		l.log.Warn("zookeeper session expired (go-zookeeper opens a new one by itself)", "server", ev.Server)
 	case zk.StateDisconnected:
+		ss.downSince.CompareAndSwap(0, time.Now().UnixNano())
 		l.log.Info("zookeeper connection lost", "server", ev.Server)
 	case zk.StateHasSession:
+		ss.downSince.Store(0)
 		l.log.Debug("zookeeper session", "server", ev.Server)
 	}
 }
 
-// dropConn ends c if it is still the Locker's session: the members delete
+// dropConn ends ss if it is still the Locker's session: the members delete
 // its ephemeral nodes (at once when the close reaches them, else when the
 // session times out), and the next acquisition makes a new session.
-func (l *Locker) dropConn(c *zk.Conn) {
+func (l *Locker) dropConn(ss *session) {
 	l.mu.Lock()
-	if l.conn == c {
-		l.conn = nil
+	if l.sess == ss {
+		l.sess = nil
 	}
 	l.mu.Unlock()
-	go c.Close()
+	go ss.conn.Close()
 }
 
 // lockPath is the parent znode of key's lock.
@@ -176,10 +202,11 @@ func lockPath(key string) string { return LockRoot + "/" + key }
 
 // Acquire implements targets.Locker.
 func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error) {
-	c, err := l.connFor(ctx)
+	ss, err := l.connFor(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("acquire %s: %w", key, err)
 	}
+	c := ss.conn
 	lk := zk.NewLock(c, lockPath(key), zk.WorldACL(zk.PermAll))
 	done := make(chan error, 1)
 	go func() { done <- lk.Lock() }()
@@ -189,23 +216,23 @@ func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error)
 		// Lock waits on a watch that only a deletion or the end of the
 		// session ends: classify, then end the session.
 		cause := l.classify(c, key)
-		l.dropConn(c)
+		l.dropConn(ss)
 		return nil, fmt.Errorf("acquire %s: %w: %w", key, cause, ctx.Err())
 	}
 	if err != nil {
 		// Lock may have left its node behind in a live session.
-		l.dropConn(c)
+		l.dropConn(ss)
 		return nil, fmt.Errorf("acquire %s: %w: %w", key, targets.ErrUnavailable, err)
 	}
 	tctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	sid, expired := c.SessionID(), l.expired.Load()
+	sid := c.SessionID()
 	token, err := l.token(tctx, c, key)
 	if err != nil {
-		l.dropConn(c)
+		l.dropConn(ss)
 		return nil, fmt.Errorf("acquire %s: %w", key, err)
 	}
-	return &lease{l: l, c: c, lk: lk, key: key, token: token, sid: sid, expired: expired}, nil
+	return &lease{l: l, ss: ss, lk: lk, key: key, token: token, sid: sid}, nil
 }
 
 // token finds the lowest lock node of key, checks that it belongs to c's
@@ -313,35 +340,37 @@ func (l *Locker) RenewFailures() int { return int(l.expired.Load()) }
 // Close implements targets.Locker: it closes the session.
 func (l *Locker) Close() error {
 	l.mu.Lock()
-	c := l.conn
-	l.conn = nil
+	ss := l.sess
+	l.sess = nil
 	l.mu.Unlock()
-	if c != nil {
-		c.Close()
+	if ss != nil {
+		ss.conn.Close()
 	}
 	return nil
 }
 
 type lease struct {
 	l     *Locker
-	c     *zk.Conn
+	ss    *session
 	lk    *zk.Lock
 	key   string
 	token uint64
-	// sid is the session the lock was granted in; expired is the
-	// Locker's count of expired sessions then.
-	sid     int64
-	expired int64
+	// sid is the session the lock was granted in.
+	sid int64
+	// lost says the session was gone when the lock was released.
+	lost atomic.Bool
 }
 
 var _ targets.RenewCounter = (*lease)(nil)
 
 func (s *lease) Token() uint64 { return s.token }
 
-// RenewFailures is 1 when the session the lock was granted in expired (or
-// was replaced) since: its keep-alive failed and the lock was lost.
+// RenewFailures is 1 when the session the lock was granted in was lost
+// during the hold: it expired, was replaced, or went without a connection
+// for longer than its timeout (the members expire it then, whatever
+// go-zookeeper has heard).
 func (s *lease) RenewFailures() int {
-	if s.l.expired.Load() > s.expired || s.c.SessionID() != s.sid {
+	if s.lost.Load() || s.ss.lost(s.sid, s.l.ttl) {
 		return 1
 	}
 	return 0
@@ -352,14 +381,18 @@ func (s *lease) RenewFailures() int {
 // lost. When the service cannot be told, the session is ended, so that a
 // node left behind cannot outlive it.
 func (s *lease) Release(ctx context.Context) error {
+	if s.ss.lost(s.sid, s.l.ttl) {
+		s.lost.Store(true)
+	}
 	_, err := call(ctx, func() (struct{}, error) { return struct{}{}, s.lk.Unlock() })
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, zk.ErrNoNode):
+		s.lost.Store(true)
 		return fmt.Errorf("release %s: %w", s.key, targets.ErrNotOwner)
 	default:
-		s.l.dropConn(s.c)
+		s.l.dropConn(s.ss)
 		return fmt.Errorf("release %s: %w: %w", s.key, targets.ErrUnavailable, err)
 	}
 }
