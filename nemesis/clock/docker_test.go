@@ -206,7 +206,7 @@ func TestClockReachesAdapters(t *testing.T) {
 	// second.
 	n, err := rt.Start(ctx, runtime.NodeSpec{
 		Name: "c1", Role: runtime.RoleClient, Image: imgs[redispy.Role], Group: true,
-		Cmd:  []string{"sh", "-c", `python3 -u -c 'import time
+		Cmd: []string{"sh", "-c", `python3 -u -c 'import time
 while True:
     print("py", repr(time.time()))
     time.sleep(0.1)' & exec sleep infinity`},
