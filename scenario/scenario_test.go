@@ -66,6 +66,11 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		"single-node-restart":  "redis",
 		"busy-vs-unavailable":  "etcd,lockd",
 		"late-writer-drill":    all,
+		// Known bugs: of Redlock (by its shape), and of one client
+		// option (only with that client, named by the set).
+		"redlock-clock-jump":             "redlock",
+		"redlock-restart-no-persistence": "redlock",
+		"etcd-unlock-retry":              "",
 	}
 	for _, s := range Catalogue() {
 		if got := strings.Join(s.Targets(), ","); got != want[s.Name] {
