@@ -9,8 +9,8 @@ package scenario
 
 import (
 	"fmt"
-	"slices"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
