@@ -512,6 +512,16 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinOverlaps: 1},
 		},
 		{
+			Name: "etcd-unlock-once", AntiPattern: 0, Needs: []Need{ClientOption("unlock", "once")},
+			Title: "control of etcd-unlock-retry: the same timed-out Unlocks, not retried, give no lock away",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "none", 1, 3
+				c.Work = 500 * time.Millisecond
+				c.RecipeOptions = map[string]string{"unlock": "once", "unlock-timeout": "1ms"}
+			},
+			Expect: Expect{Valid: verdict(checkers.Valid), NoEarlyOverlaps: true},
+		},
+		{
 			Name: "late-writer-drill", AntiPattern: 0, Needs: []Need{Fencing},
 			Title: "partition a slow holder from the lock service, heal, and watch fencing stop its late write",
 			Apply: func(c *harness.Config, _ targets.Backend) {

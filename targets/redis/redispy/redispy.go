@@ -50,7 +50,7 @@ func init() {
 		Kind:           Kind,
 		Backends:       []string{"redis"},
 		Title:          "redis-py's Lock (Python, through the client protocol)",
-		Library:        "redis-py (redis.lock.Lock)",
+		Library:        "redis-py",
 		Version:        "4.3.4",
 		Language:       "python",
 		CheckedRelease: true,
