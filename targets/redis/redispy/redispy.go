@@ -25,6 +25,9 @@ const Kind = "redis-py"
 // is redis-py 4.3.4, pinned by the Debian release of the images.
 const Package = "python3-redis"
 
+// Role is the recipe's client image role.
+const Role = "client-" + Kind
+
 // Script is the adapter's file name in the client files directory.
 const Script = "redis_py_lock.py"
 
@@ -47,7 +50,7 @@ func init() {
 		Kind:           Kind,
 		Backends:       []string{"redis"},
 		Title:          "redis-py's Lock (Python, through the client protocol)",
-		Library:        "redis-py (redis.lock.Lock)",
+		Library:        "redis-py",
 		Version:        "4.3.4",
 		Language:       "python",
 		CheckedRelease: true,
