@@ -250,6 +250,7 @@ func (l *Locker) token(ctx context.Context, c *zk.Conn, key string) (uint64, err
 	lowest, ok := LowestNode(children)
 	if !ok {
 		l.falseGrants.Add(1)
+		l.log.Warn("go-zookeeper's Lock returned, but no lock node is left", "key", key, "false_grants", l.falseGrants.Load())
 		return 0, fmt.Errorf("read token: no lock node left (the session was replaced): %w", targets.ErrUnavailable)
 	}
 	st, err := call(ctx, func() (*zk.Stat, error) {
@@ -264,6 +265,7 @@ func (l *Locker) token(ctx context.Context, c *zk.Conn, key string) (uint64, err
 	}
 	if sid := c.SessionID(); st.EphemeralOwner != sid {
 		l.falseGrants.Add(1)
+		l.log.Warn("go-zookeeper's Lock returned, but the lowest lock node is another session's", "key", key, "node", lowest, "false_grants", l.falseGrants.Load())
 		return 0, fmt.Errorf("read token: the lowest lock node %s belongs to session %x, not ours (%x): %w", lowest, st.EphemeralOwner, sid, targets.ErrUnavailable)
 	}
 	return uint64(st.Czxid), nil
