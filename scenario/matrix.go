@@ -61,7 +61,8 @@ type Entry struct {
 	// an adapter the user brings; empty: the target's own.
 	Clients []string `yaml:"clients,omitempty" json:"clients,omitempty"`
 	// ClientFiles and ClientPackages go with a client command line (as
-	// run --client-files, --client-packages).
+	// run --client-files, --client-packages); ClientFiles is relative to
+	// the set's file.
 	ClientFiles    string   `yaml:"client_files,omitempty" json:"client_files,omitempty"`
 	ClientPackages []string `yaml:"client_packages,omitempty" json:"client_packages,omitempty"`
 }
@@ -136,6 +137,14 @@ func LoadSet(nameOrPath string) (*Set, error) {
 	dec.KnownFields(true)
 	if err := dec.Decode(&s); err != nil {
 		return nil, harness.BadInput("matrix set %s: %v", nameOrPath, err)
+	}
+	if strings.ContainsAny(nameOrPath, "/.") {
+		// A client's files are named relative to the set's file.
+		for i, e := range s.Entries {
+			if e.ClientFiles != "" && !filepath.IsAbs(e.ClientFiles) {
+				s.Entries[i].ClientFiles = filepath.Join(filepath.Dir(nameOrPath), e.ClientFiles)
+			}
+		}
 	}
 	return &s, s.validate()
 }
