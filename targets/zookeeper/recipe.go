@@ -69,15 +69,13 @@ type session struct {
 	expired atomic.Bool
 }
 
-// lost reports whether the session must be gone at the members: they said
-// it expired, go-zookeeper replaced it (sid is the one a lock was granted
-// in), or it has had no connection for longer than its timeout.
-func (s *session) lost(sid int64, ttl time.Duration) bool {
-	if s.expired.Load() || s.conn.SessionID() != sid {
-		return true
-	}
-	d := s.downSince.Load()
-	return d != 0 && time.Since(time.Unix(0, d)) > ttl
+// keepAliveFailed reports whether the session's keep-alive has failed: the
+// members said it expired, go-zookeeper replaced it (sid is the one a lock
+// was granted in), or its connection is lost (its pings go unanswered; the
+// leader expires it one session timeout after the last one it got, which
+// may be before the client notices the loss).
+func (s *session) keepAliveFailed(sid int64) bool {
+	return s.expired.Load() || s.conn.SessionID() != sid || s.downSince.Load() != 0
 }
 
 var (
@@ -359,7 +357,8 @@ type lease struct {
 	token uint64
 	// sid is the session the lock was granted in.
 	sid int64
-	// lost says the session was gone when the lock was released.
+	// lost says the session's keep-alive had failed when the lock was
+	// released (or the lock was gone).
 	lost atomic.Bool
 }
 
@@ -367,12 +366,11 @@ var _ targets.RenewCounter = (*lease)(nil)
 
 func (s *lease) Token() uint64 { return s.token }
 
-// RenewFailures is 1 when the session the lock was granted in was lost
-// during the hold: it expired, was replaced, or went without a connection
-// for longer than its timeout (the members expire it then, whatever
-// go-zookeeper has heard).
+// RenewFailures is 1 when the keep-alive of the session the lock was
+// granted in failed during the hold (session expired, replaced, or its
+// connection lost).
 func (s *lease) RenewFailures() int {
-	if s.lost.Load() || s.ss.lost(s.sid, s.l.ttl) {
+	if s.lost.Load() || s.ss.keepAliveFailed(s.sid) {
 		return 1
 	}
 	return 0
@@ -383,7 +381,7 @@ func (s *lease) RenewFailures() int {
 // lost. When the service cannot be told, the session is ended, so that a
 // node left behind cannot outlive it.
 func (s *lease) Release(ctx context.Context) error {
-	if s.ss.lost(s.sid, s.l.ttl) {
+	if s.ss.keepAliveFailed(s.sid) {
 		s.lost.Store(true)
 	}
 	_, err := call(ctx, func() (struct{}, error) { return struct{}{}, s.lk.Unlock() })

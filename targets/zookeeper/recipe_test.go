@@ -12,10 +12,10 @@ import (
 	"github.com/splitbrain/splitbrain/targets"
 )
 
-// TestSessionLost: a lease's session counts as lost when the members said
-// it expired, when go-zookeeper replaced it, or when it went without a
-// connection for longer than its timeout (the members expire it then).
-func TestSessionLost(t *testing.T) {
+// TestKeepAliveFailed: a lease's session failed its keep-alive when the
+// members said it expired, when go-zookeeper replaced it, or while its
+// connection is lost.
+func TestKeepAliveFailed(t *testing.T) {
 	// A connection that never reaches anyone (nothing listens on port 1):
 	// its session id stays 0.
 	c, _, err := zk.Connect([]string{"127.0.0.1:1"}, time.Second, zk.WithLogInfo(false), zk.WithLogger(zkLogger{slog.New(slog.DiscardHandler)}))
@@ -24,25 +24,20 @@ func TestSessionLost(t *testing.T) {
 	}
 	defer c.Close()
 	ss := &session{conn: c}
-	ttl := 2 * time.Second
-	if ss.lost(0, ttl) {
-		t.Fatal("a session with a connection is lost")
+	if ss.keepAliveFailed(0) {
+		t.Fatal("a session with its connection failed its keep-alive")
 	}
-	if !ss.lost(42, ttl) {
-		t.Fatal("a replaced session is not lost")
+	if !ss.keepAliveFailed(42) {
+		t.Fatal("a replaced session did not fail its keep-alive")
 	}
-	ss.downSince.Store(time.Now().Add(-time.Second).UnixNano())
-	if ss.lost(0, ttl) {
-		t.Fatal("a session down for less than its timeout is lost")
-	}
-	ss.downSince.Store(time.Now().Add(-3 * time.Second).UnixNano())
-	if !ss.lost(0, ttl) {
-		t.Fatal("a session down for longer than its timeout is not lost")
+	ss.downSince.Store(time.Now().UnixNano())
+	if !ss.keepAliveFailed(0) {
+		t.Fatal("a session without its connection did not fail its keep-alive")
 	}
 	ss.downSince.Store(0)
 	ss.expired.Store(true)
-	if !ss.lost(0, ttl) {
-		t.Fatal("an expired session is not lost")
+	if !ss.keepAliveFailed(0) {
+		t.Fatal("an expired session did not fail its keep-alive")
 	}
 }
 
