@@ -67,6 +67,15 @@ type session struct {
 	downSince atomic.Int64
 	// expired says the members told it the session expired.
 	expired atomic.Bool
+	// closing says the Locker is closing it: the disconnection that follows
+	// is ours, not a lost connection.
+	closing atomic.Bool
+}
+
+// close ends the session.
+func (s *session) close() {
+	s.closing.Store(true)
+	s.conn.Close()
 }
 
 // keepAliveFailed reports whether the session's keep-alive has failed: the
@@ -147,7 +156,7 @@ func (l *Locker) connFor(ctx context.Context) (*session, error) {
 			mine := ss
 			ss = l.sess
 			l.mu.Unlock()
-			go mine.conn.Close()
+			go mine.close()
 		} else {
 			l.sess = ss
 			l.mu.Unlock()
@@ -175,6 +184,9 @@ func (l *Locker) event(ss *session, ev zk.Event) {
 		l.expired.Add(1)
 		l.log.Warn("zookeeper session expired (go-zookeeper opens a new one by itself)", "server", ev.Server)
 	case zk.StateDisconnected:
+		if ss.closing.Load() {
+			return
+		}
 		ss.downSince.CompareAndSwap(0, time.Now().UnixNano())
 		l.log.Info("zookeeper connection lost", "server", ev.Server)
 	case zk.StateHasSession:
@@ -192,7 +204,7 @@ func (l *Locker) dropConn(ss *session) {
 		l.sess = nil
 	}
 	l.mu.Unlock()
-	go ss.conn.Close()
+	go ss.close()
 }
 
 // lockPath is the parent znode of key's lock.
@@ -344,7 +356,7 @@ func (l *Locker) Close() error {
 	l.sess = nil
 	l.mu.Unlock()
 	if ss != nil {
-		ss.conn.Close()
+		ss.close()
 	}
 	return nil
 }
