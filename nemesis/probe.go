@@ -68,27 +68,43 @@ func Reachability(ctx context.Context, nodes []runtime.Node, basePort int) (map[
 	return out, nil
 }
 
-// probeLink reports whether a datagram sent from a arrives at b.
+// probeLink reports whether a datagram sent from a arrives at b. The
+// sender starts only once the listener is seen bound (a loaded engine can
+// take seconds to start an exec), and a listener that got nothing is ended
+// once the sender is done, so a cut link costs about the sender's time.
 func probeLink(ctx context.Context, a, b runtime.Node, port int) (bool, error) {
 	p := strconv.Itoa(port)
 	got := make(chan string, 1)
 	lerr := make(chan error, 1)
 	go func() {
-		// The listener exits after one datagram, or after 3 s.
-		res, err := b.Exec(ctx, []string{"timeout", "3", "nc", "-u", "-l", "-W", "1", p})
+		// The listener exits after one datagram, when it is ended, or
+		// after 60 s at the latest.
+		res, err := b.Exec(ctx, []string{"timeout", "60", "nc", "-u", "-l", "-W", "1", p})
 		got <- string(res.Stdout)
-		if err != nil && res.ExitCode != 124 { // 124: timed out, nothing came
+		if err != nil && res.ExitCode != 124 && res.ExitCode != 143 { // 124: timed out; 143: ended below
 			lerr <- fmt.Errorf("listen in %s: %w", b.Name(), err)
 			return
 		}
 		lerr <- nil
 	}()
-	time.Sleep(300 * time.Millisecond) // let the listener bind
+	bound := "ss -Hlun 'sport = :" + p + "' | grep -q ."
+	if err := runtime.Poll(ctx, fmt.Sprintf("%s: the probe's listener on UDP port %s", b.Name(), p), 30*time.Second, 50*time.Millisecond,
+		func(ctx context.Context) error { _, err := runtime.Run(ctx, b, "sh", "-c", bound); return err }); err != nil {
+		return false, err
+	}
 	send := "for i in $(seq 20); do echo x; sleep 0.1; done | nc -u -w1 -q1 " + ShellQuote(b.Addr().String()) + " " + p
 	if _, err := runtime.Run(ctx, a, "sh", "-c", send); err != nil {
 		return false, fmt.Errorf("send from %s: %w", a.Name(), err)
 	}
-	out := <-got
+	var out string
+	select {
+	case out = <-got:
+	case <-time.After(time.Second):
+		// Nothing arrived (or it is on its way): end the listener; what
+		// it printed is still read.
+		_, _ = b.Exec(ctx, []string{"pkill", "-TERM", "-f", "nc -u -l -W 1 " + p + "$"})
+		out = <-got
+	}
 	if err := <-lerr; err != nil {
 		return false, err
 	}
