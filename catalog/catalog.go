@@ -15,8 +15,12 @@ import (
 
 	// Lock backends and their recipes.
 	_ "github.com/splitbrain/splitbrain/targets/etcd"
+	_ "github.com/splitbrain/splitbrain/targets/external"
 	_ "github.com/splitbrain/splitbrain/targets/lockd"
 	_ "github.com/splitbrain/splitbrain/targets/redis"
+	_ "github.com/splitbrain/splitbrain/targets/redis/redislock"
+	_ "github.com/splitbrain/splitbrain/targets/redis/redispy"
+	_ "github.com/splitbrain/splitbrain/targets/redis/redsync"
 
 	// Faults.
 	_ "github.com/splitbrain/splitbrain/nemesis/clock"

@@ -79,6 +79,16 @@ type Config struct {
 	// Bypass lists clients ("c1,c2") that write without lock or token, a
 	// bypass writer beside the others (anti-pattern 6).
 	Bypass string `json:"bypass,omitempty"`
+	// Client is the lock client the agents use: a registered client of
+	// the target (a library: "redsync", "redis-py"), or the command line
+	// of an adapter the user brings ("python3 my_lock.py"), driven through
+	// the client protocol; empty means the target's own recipe.
+	Client string `json:"client,omitempty"`
+	// ClientFiles is a directory whose files go into the client image, in
+	// the adapter's working directory (/opt/splitbrain/client).
+	ClientFiles string `json:"client_files,omitempty"`
+	// ClientPackages are Debian packages the client image gets for it.
+	ClientPackages []string `json:"client_packages,omitempty"`
 }
 
 // DefaultConfig is a 30 s unfenced-counter run under pauses on the default
@@ -129,6 +139,7 @@ type Plan struct {
 	cfg     Config
 	backend targets.Backend
 	nemeses []nemesis.Nemesis
+	client  Client
 }
 
 // Config returns the plan's config.
@@ -153,11 +164,17 @@ func Prepare(cfg Config, backends Backends) (*Plan, error) {
 	return p, nil
 }
 
-// validate checks c against p's backend and puts the nemeses it names in p.
+// validate checks c against p's backend and puts the nemeses it names and
+// its lock client in p.
 func (c Config) validate(p *Plan) error {
-	if err := p.backend.CheckOptions(c.RecipeOptions); err != nil {
-		return BadInput("--recipe-opt: %v", err)
+	cl, err := c.ResolveClient(p.backend)
+	if err != nil {
+		return err
 	}
+	if err := c.checkClient(p.backend, cl); err != nil {
+		return err
+	}
+	p.client = cl
 	switch {
 	case !slices.Contains(workloads.Names(), c.Workload):
 		return BadInput("unknown workload %q (known: %s)", c.Workload, strings.Join(workloads.Names(), ", "))
@@ -249,5 +266,9 @@ func (c Config) runDirName() string {
 	if nem == "" {
 		nem = "none"
 	}
-	return filepath.Join(c.ResultsDir, fmt.Sprintf("%s-%s-%s", c.Target, c.Workload, nem))
+	target := c.Target
+	if c.Client != "" {
+		target += "+" + clientLabel(c.Client)
+	}
+	return filepath.Join(c.ResultsDir, fmt.Sprintf("%s-%s-%s", target, c.Workload, nem))
 }

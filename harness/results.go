@@ -10,6 +10,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/targets"
 )
 
 // Results is results.json: the verdict first, then everything needed to
@@ -35,6 +36,9 @@ type Results struct {
 	Duration time.Duration `json:"duration_ns"`
 	// Phases times each phase (setup, test, final, check).
 	Phases map[string]time.Duration `json:"phases_ns"`
+	// Client is the lock client the agents used: its recipe, library and
+	// version, and what it offers.
+	Client *targets.ClientInfo `json:"client,omitempty"`
 	// TestStart is when the test phase began, on the history's time base
 	// (which starts with the harness, setup included): reports count time
 	// from it.

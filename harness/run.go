@@ -105,7 +105,7 @@ func (p *Plan) Run(ctx context.Context, deps Deps) (out *Outcome, err error) {
 	if cfg.Seed == 0 {
 		cfg.Seed = rand.Uint64()
 	}
-	r := &run{cfg: cfg, deps: deps, backend: p.backend, nems: p.nemeses, started: deps.Now().UTC()}
+	r := &run{cfg: cfg, deps: deps, backend: p.backend, nems: p.nemeses, client: p.client, started: deps.Now().UTC()}
 	if err := r.prepareDir(); err != nil {
 		return nil, err
 	}
@@ -161,6 +161,7 @@ type run struct {
 	deps    Deps
 	backend targets.Backend
 	nems    []nemesis.Nemesis
+	client  Client
 	log     *slog.Logger
 	started time.Time
 	runID   string
@@ -238,8 +239,12 @@ func (r *run) execute(ctx context.Context) error {
 		imgs    map[string]string
 		cluster targets.Cluster
 	)
+	client := r.client
+	client.registerImage()
+	info := client.Info()
+	r.res.Client = &info
 	err = r.phase("setup", func() error {
-		roles := append([]string{roleStore, roleClient}, backend.RoleNames()...)
+		roles := append([]string{roleStore, client.Role}, backend.RoleNames()...)
 		if r.deps.Images != nil {
 			if imgs, err = r.deps.Images(hard, roles); err != nil {
 				return fmt.Errorf("images: %w", err)
@@ -262,8 +267,11 @@ func (r *run) execute(ctx context.Context) error {
 			return fmt.Errorf("start %s: %w", r.cfg.Target, err)
 		}
 		r.res.Versions = cluster.Versions(hard)
-		clientNodes, err := r.startClients(hard, imgs[roleClient], cluster.Recipe(), storeAddr)
+		clientNodes, err := r.startClients(hard, imgs[client.Role], client.recipeConfig(cluster.Recipe(), backend), storeAddr)
 		if err != nil {
+			return err
+		}
+		if err := r.learnClient(client); err != nil {
 			return err
 		}
 		r.env = &nemesis.Env{Nodes: cluster.Nodes(), Store: storeNode, Clients: clientNodes, InCriticalSection: wl.InCriticalSection, Revive: r.revive}
@@ -333,7 +341,9 @@ func (r *run) startClients(ctx context.Context, image string, recipe targets.Rec
 		name := "c" + strconv.Itoa(i+1)
 		g.Go(protect(func() error {
 			n, err := r.rt.Start(ctx, runtime.NodeSpec{
-				Name: name, Role: roleClient, Image: image, Interactive: true,
+				// Group: a pause freezes the agent and its lock client's
+				// adapter together.
+				Name: name, Role: roleClient, Image: image, Interactive: true, Group: true,
 				Cmd:  []string{"/usr/local/bin/splitbrain", "agent"},
 				Caps: append([]string{runtime.CapNetAdmin}, r.clientCaps...),
 			})

@@ -61,6 +61,23 @@ const (
 	ErrCrashed = "crashed"
 )
 
+// Error kinds of lock clients that run as adapter processes (the client
+// protocol): the adapter, not the lock service, misbehaved.
+const (
+	// ErrClientTimeout: the adapter did not answer within the request's
+	// deadline (an acquire's outcome is then unknown to the adapter's
+	// library; a release's too).
+	ErrClientTimeout = "client-timeout"
+	// ErrClientProtocol: the adapter wrote something that is not a reply
+	// of the protocol (garbage on stdout, a wrong reply type or id).
+	ErrClientProtocol = "client-protocol"
+	// ErrClientCrashed: the adapter process died; it is started again
+	// before the next operation.
+	ErrClientCrashed = "client-crashed"
+	// ErrClientError: the adapter answered with an error of its own.
+	ErrClientError = "client-error"
+)
+
 // Infinity is the completion time of an operation whose outcome is unknown:
 // it may take effect at any later moment.
 const Infinity int64 = math.MaxInt64

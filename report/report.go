@@ -360,11 +360,17 @@ func headline(run *Run, as []Anomaly, where string) string {
 
 func facts(run *Run, faults int) []kv {
 	out := []kv{
-		{"target", run.Target}, {"workload", run.Workload}, {"nemesis", run.Nemesis},
+		{"target", run.Target},
+	}
+	if c := ClientLine(run); c != "" {
+		out = append(out, kv{"lock client", c})
+	}
+	out = append(out, []kv{
+		{"workload", run.Workload}, {"nemesis", run.Nemesis},
 		{"seed", strconv.FormatUint(run.Seed, 10)},
 		{"started", run.Started.UTC().Format("2006-01-02 15:04:05Z")},
 		{"duration", dur(run.Duration.Round(time.Millisecond))},
-	}
+	}...)
 	if setup, ok := run.Phases["setup"]; ok {
 		// Setup (images, containers) is apart: times on this page count
 		// from the test's start.
@@ -584,4 +590,39 @@ func size(n int64) string {
 	default:
 		return strconv.FormatInt(n, 10) + " B"
 	}
+}
+
+// ClientLine says which lock client a run used: its library and version,
+// language and what it offers ("redis-py 4.3.4 (python): no fencing
+// token, owner-checked release, no renewal"); "" for a run that recorded
+// none (older runs).
+func ClientLine(run *Run) string {
+	c := run.Client
+	if c == nil {
+		return ""
+	}
+	name := c.Library
+	if name == "" {
+		name = c.Recipe + " (splitbrain's recipe)"
+	} else if c.Version != "" {
+		name += " " + c.Version
+	}
+	if c.Language != "" {
+		name += " (" + c.Language + ")"
+	}
+	token, release, renew := "no fencing token", "UNCHECKED release", "no renewal"
+	if c.Fencing {
+		token = "fencing token"
+	}
+	if c.CheckedRelease {
+		release = "owner-checked release"
+	}
+	if c.Renews {
+		renew = "renewed while held"
+	}
+	line := name + ": " + token + ", " + release + ", " + renew
+	if c.Command != "" {
+		line += "; adapter: " + c.Command
+	}
+	return line
 }

@@ -207,6 +207,7 @@ type runRow struct {
 	Href, CompareHref               string
 	Path                            string
 	Target, Workload, Nemesis       string
+	Client                          string
 	Verdict, Date, Duration, Seed   string
 	Ops, Lost, Rejections, Overlaps string
 	OpsPerSecond                    string
@@ -250,7 +251,7 @@ func (s *Server) row(e RunEntry) runRow {
 	_, err := s.root.Stat(path.Join(e.Path, ReportFile))
 	return runRow{
 		Href: runHref(e.Path, ReportFile), CompareHref: compareHref(r.Workload, r.Nemesis), Path: e.Path,
-		Target: r.Target, Workload: r.Workload, Nemesis: r.Nemesis, Verdict: r.Valid.String(), RunID: r.RunID,
+		Target: r.Target, Client: clientShort(r), Workload: r.Workload, Nemesis: r.Nemesis, Verdict: r.Valid.String(), RunID: r.RunID,
 		Date: r.Started.UTC().Format("2006-01-02 15:04:05Z"), Duration: dur(r.Duration.Round(100 * time.Millisecond)),
 		Seed: strconv.FormatUint(r.Seed, 10), Ops: strconv.Itoa(ops(r)), Lost: strconv.FormatInt(lostUpdates(r), 10),
 		Rejections: strconv.Itoa(r.Metrics.FencingRejections), Overlaps: strconv.Itoa(overlapCount(r)),
@@ -291,7 +292,7 @@ func (s *Server) index(w http.ResponseWriter, r *http.Request) {
 			targets[k] = map[string]bool{}
 		}
 		combos[k].Runs++
-		targets[k][e.Run.Target] = true
+		targets[k][e.Run.Target+"\x00"+clientShort(e.Run)] = true
 	}
 	for k, c := range combos {
 		c.Targets = len(targets[k])
@@ -339,11 +340,16 @@ func (s *Server) compare(w http.ResponseWriter, r *http.Request) {
 			if run.Workload != p.Workload || run.Nemesis != p.Nemesis {
 				continue
 			}
-			t := by[run.Target]
+			// A target with each client is a column of its own.
+			key := run.Target
+			if c := clientShort(run); c != "" {
+				key += " / " + c
+			}
+			t := by[key]
 			if t == nil {
-				t = &targetSummary{Target: run.Target}
-				by[run.Target] = t
-				names = append(names, run.Target)
+				t = &targetSummary{Target: key}
+				by[key] = t
+				names = append(names, key)
 			}
 			t.Runs++
 			switch run.Valid {
@@ -354,7 +360,7 @@ func (s *Server) compare(w http.ResponseWriter, r *http.Request) {
 			default:
 				t.Unknown++
 			}
-			rate[run.Target] += run.Metrics.OpsPerSecond
+			rate[key] += run.Metrics.OpsPerSecond
 			t.Lost += lostUpdates(run)
 			t.Rejections += run.Metrics.FencingRejections
 			t.Overlaps += overlapCount(run)
@@ -583,4 +589,17 @@ func (s *Server) matrix(w http.ResponseWriter, r *http.Request) {
 		p.Rows = append(p.Rows, mr)
 	}
 	s.page(w, "matrix", p)
+}
+
+// clientShort names a run's lock client in a table: its library and
+// version, or its recipe; "" for a run with the target's own recipe.
+func clientShort(r *Run) string {
+	c := r.Client
+	if c == nil || (c.Library == "" && c.Recipe == r.Target) {
+		return ""
+	}
+	if c.Library == "" {
+		return c.Recipe
+	}
+	return strings.TrimSpace(c.Library + " " + c.Version)
 }

@@ -63,6 +63,13 @@ type NodeSpec struct {
 	// Interactive attaches the main process's stdin and stdout; the node
 	// then implements [Console].
 	Interactive bool
+	// Group says that the main process starts others that belong to the
+	// node (a client agent and its lock client's adapter): SIGSTOP and
+	// SIGCONT then reach all of them at once — the container's cgroup
+	// freezer in Docker, the process and its descendants over SSH — and
+	// resuming is verified. SIGKILL of the main process takes the others
+	// with it.
+	Group bool
 }
 
 // ExecResult is what a command run in a node produced.
@@ -103,7 +110,8 @@ type Node interface {
 	// Exec runs argv in the node and waits for it. A non-zero exit is
 	// returned as an error wrapping [ErrExit], with the result.
 	Exec(ctx context.Context, argv []string) (ExecResult, error)
-	// Signal sends sig to the node's main process.
+	// Signal sends sig to the node's main process (and, for a node started
+	// with NodeSpec.Group, SIGSTOP and SIGCONT to all its processes).
 	Signal(ctx context.Context, sig syscall.Signal) error
 	// Logs writes the main process's output so far to w.
 	Logs(ctx context.Context, w io.Writer) error

@@ -56,6 +56,36 @@ type Entry struct {
 	// where the event a scenario is about cannot be forced, with the rate
 	// measured (docs/nightly-rates.md).
 	AtLeast int `yaml:"at_least,omitempty" json:"at_least,omitempty"`
+	// Clients runs the scenario with each of these lock clients: a
+	// registered library of the target ("redsync"), or the command line of
+	// an adapter the user brings; empty: the target's own.
+	Clients []string `yaml:"clients,omitempty" json:"clients,omitempty"`
+	// ClientFiles and ClientPackages go with a client command line (as
+	// run --client-files, --client-packages); ClientFiles is relative to
+	// the set's file.
+	ClientFiles    string   `yaml:"client_files,omitempty" json:"client_files,omitempty"`
+	ClientPackages []string `yaml:"client_packages,omitempty" json:"client_packages,omitempty"`
+}
+
+// clients are the clients an entry runs with ("" is the target's own).
+func (e Entry) clients() []string {
+	if len(e.Clients) == 0 {
+		return []string{""}
+	}
+	return e.Clients
+}
+
+// config is the run options of scenario sc on backend b with client.
+func (e Entry) config(sc Scenario, b targets.Backend, client string, base harness.Config) (harness.Config, error) {
+	if _, err := targets.LookupRecipe(client); client == "" || err == nil {
+		return sc.ConfigWith(b, client, base)
+	}
+	c, err := sc.ConfigFor(b, base)
+	if err != nil {
+		return c, err
+	}
+	c.Client, c.ClientFiles, c.ClientPackages = client, e.ClientFiles, e.ClientPackages
+	return c, nil
 }
 
 // runs is how often a cell of e runs: override (matrix --repeat) when
@@ -108,6 +138,14 @@ func LoadSet(nameOrPath string) (*Set, error) {
 	if err := dec.Decode(&s); err != nil {
 		return nil, harness.BadInput("matrix set %s: %v", nameOrPath, err)
 	}
+	if strings.ContainsAny(nameOrPath, "/.") {
+		// A client's files are named relative to the set's file.
+		for i, e := range s.Entries {
+			if e.ClientFiles != "" && !filepath.IsAbs(e.ClientFiles) {
+				s.Entries[i].ClientFiles = filepath.Join(filepath.Dir(nameOrPath), e.ClientFiles)
+			}
+		}
+	}
 	return &s, s.validate()
 }
 
@@ -130,9 +168,18 @@ func (s *Set) validate() error {
 			return harness.BadInput("matrix set %s: %v", s.Name, err)
 		}
 		for _, t := range e.Targets {
-			if _, err := sc.Config(t, harness.DefaultConfig()); err != nil {
+			b, err := targets.Lookup(t)
+			if err != nil {
 				return harness.BadInput("matrix set %s: %v", s.Name, err)
 			}
+			for _, cl := range e.clients() {
+				if _, err := e.config(sc, b, cl, harness.DefaultConfig()); err != nil {
+					return harness.BadInput("matrix set %s: %v", s.Name, err)
+				}
+			}
+		}
+		if len(e.Clients) > 0 && len(e.Targets) == 0 {
+			return harness.BadInput("matrix set %s, scenario %s: clients need targets (the targets they serve)", s.Name, e.Scenario)
 		}
 		if _, err := parseVerdict(e.Valid); err != nil {
 			return harness.BadInput("matrix set %s, scenario %s: %v", s.Name, e.Scenario, err)
@@ -168,7 +215,12 @@ type Row struct {
 	Scenario    string `json:"scenario"`
 	AntiPattern int    `json:"anti_pattern"`
 	Target      string `json:"target"`
-	Seed        uint64 `json:"seed"`
+	// Client is the lock client chosen for the run (empty: the target's
+	// own); Library and Version are what the run recorded of it.
+	Client  string `json:"client,omitempty"`
+	Library string `json:"library,omitempty"`
+	Version string `json:"version,omitempty"`
+	Seed    uint64 `json:"seed"`
 	// Rep is the repetition of the cell (1-based).
 	Rep     int              `json:"rep,omitempty"`
 	Verdict checkers.Verdict `json:"valid"`
@@ -204,6 +256,23 @@ type Row struct {
 	Error      string   `json:"error,omitempty"`
 }
 
+// Where names the row's target and, when one was chosen, its client
+// ("redis/redsync").
+func (r Row) Where() string {
+	if r.Client == "" {
+		return r.Target
+	}
+	return r.Target + "/" + clientLabel(r.Client)
+}
+
+// clientLabel shortens a client's command line for tables.
+func clientLabel(c string) string {
+	if _, err := targets.LookupRecipe(c); err == nil || len(c) <= 24 {
+		return c
+	}
+	return c[:23] + "…"
+}
+
 // Pass reports whether the run met its expectation.
 func (r Row) Pass() bool { return len(r.Mismatches) == 0 && r.Error == "" }
 
@@ -225,6 +294,7 @@ type Cell struct {
 	Scenario    string `json:"scenario"`
 	AntiPattern int    `json:"anti_pattern"`
 	Target      string `json:"target"`
+	Client      string `json:"client,omitempty"`
 	Seed        uint64 `json:"seed"`
 	// Runs ran, Passed met the expectation; Need must have.
 	Runs   int `json:"runs"`
@@ -235,6 +305,9 @@ type Cell struct {
 	Misses map[string]int `json:"misses,omitempty"`
 	Errors int            `json:"errors,omitempty"`
 }
+
+// Where names the cell's target and client, as Row.Where.
+func (c Cell) Where() string { return Row{Target: c.Target, Client: c.Client}.Where() }
 
 // Pass reports whether enough of the cell's runs met the expectation.
 func (c Cell) Pass() bool { return c.Runs > 0 && c.Passed >= c.Need }
@@ -270,11 +343,11 @@ func (m *Matrix) Failed() int {
 // cell finds (or adds) the cell of r.
 func (m *Matrix) cell(r Row, need int) *Cell {
 	for i := range m.Cells {
-		if c := &m.Cells[i]; c.Scenario == r.Scenario && c.Target == r.Target && c.Seed == r.Seed {
+		if c := &m.Cells[i]; c.Scenario == r.Scenario && c.Target == r.Target && c.Client == r.Client && c.Seed == r.Seed {
 			return c
 		}
 	}
-	m.Cells = append(m.Cells, Cell{Scenario: r.Scenario, AntiPattern: r.AntiPattern, Target: r.Target, Seed: r.Seed, Need: need})
+	m.Cells = append(m.Cells, Cell{Scenario: r.Scenario, AntiPattern: r.AntiPattern, Target: r.Target, Client: r.Client, Seed: r.Seed, Need: need})
 	return &m.Cells[len(m.Cells)-1]
 }
 
@@ -328,22 +401,24 @@ func (rn *Runner) Run(ctx context.Context, set *Set) *Matrix {
 		}
 		n := e.runs(rn.Repeat)
 		for _, target := range names {
-			for _, seed := range set.Seeds {
-				for rep := range set.Repetitions {
-					for i := range n {
-						if ctx.Err() != nil {
-							m.Duration = time.Since(m.Started)
-							return m
-						}
-						row := rn.one(ctx, set, sc, target, seed+uint64(rep), expect)
-						row.Rep = i + 1
-						m.add(row, e.need(n))
-						if rn.Progress != nil {
-							status := "ok"
-							if !row.Pass() {
-								status = "MISMATCH: " + strings.Join(append(row.Mismatches, row.Error), "; ")
+			for _, client := range e.clients() {
+				for _, seed := range set.Seeds {
+					for rep := range set.Repetitions {
+						for i := range n {
+							if ctx.Err() != nil {
+								m.Duration = time.Since(m.Started)
+								return m
 							}
-							fmt.Fprintf(rn.Progress, "matrix: %-22s %-6s seed %-4d run %d/%d valid=%-8s %s\n", sc.Name, target, row.Seed, i+1, n, row.Verdict, strings.TrimSuffix(status, "; "))
+							row := rn.one(ctx, set, sc, e, target, client, seed+uint64(rep), expect)
+							row.Rep = i + 1
+							m.add(row, e.need(n))
+							if rn.Progress != nil {
+								status := "ok"
+								if !row.Pass() {
+									status = "MISMATCH: " + strings.Join(append(row.Mismatches, row.Error), "; ")
+								}
+								fmt.Fprintf(rn.Progress, "matrix: %-22s %-6s seed %-4d run %d/%d valid=%-8s %s\n", sc.Name, row.Where(), row.Seed, i+1, n, row.Verdict, strings.TrimSuffix(status, "; "))
+							}
 						}
 					}
 				}
@@ -354,8 +429,8 @@ func (rn *Runner) Run(ctx context.Context, set *Set) *Matrix {
 	return m
 }
 
-func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, target string, seed uint64, expect Expect) Row {
-	row := Row{Scenario: sc.Name, AntiPattern: sc.AntiPattern, Target: target, Seed: seed, Expected: expect, Verdict: checkers.Unknown}
+func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, e Entry, target, client string, seed uint64, expect Expect) Row {
+	row := Row{Scenario: sc.Name, AntiPattern: sc.AntiPattern, Target: target, Client: client, Seed: seed, Expected: expect, Verdict: checkers.Unknown}
 	base := harness.DefaultConfig()
 	base.TimeLimit, base.Seed, base.ResultsDir = set.TimeLimit, seed, rn.ResultsDir
 	lookup := rn.Deps.Backends
@@ -367,7 +442,7 @@ func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, target string,
 		row.Error = err.Error()
 		return row
 	}
-	cfg, err := sc.ConfigFor(b, base)
+	cfg, err := e.config(sc, b, client, base)
 	if err != nil {
 		row.Error = err.Error()
 		return row
@@ -382,6 +457,9 @@ func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, target string,
 		return row
 	}
 	res := out.Results
+	if res.Client != nil {
+		row.Library, row.Version = res.Client.Library, res.Client.Version
+	}
 	row.Dir, row.Verdict, row.Faults, row.CheckTime = out.Dir, res.Valid, len(res.Faults), res.Phases["check"]
 	row.Lock, row.Data, row.Reasons = res.Lock, res.Data, res.Reasons
 	if s := res.Checkers.Summary(); s != nil {
@@ -412,7 +490,7 @@ func (m *Matrix) WriteTable(w io.Writer) error {
 			result = "FAIL: " + strings.Join(append(append([]string{}, r.Mismatches...), r.Error), "; ")
 			result = strings.TrimSuffix(result, "; ")
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%v\t%v\t%s\n", r.Scenario, r.AntiPattern, r.Target, r.Seed, r.Verdict,
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%d\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%v\t%v\t%s\n", r.Scenario, r.AntiPattern, r.Where(), r.Seed, r.Verdict,
 			r.Ops, r.Faults, r.LostUpdates, r.Overlaps, r.Early, r.Rejections, r.Stall.Round(100*time.Millisecond), r.CheckTime.Round(time.Millisecond), result)
 	}
 	if len(m.Cells) < len(m.Rows) {
@@ -422,7 +500,7 @@ func (m *Matrix) WriteTable(w io.Writer) error {
 			if !c.Pass() {
 				result = "FAIL"
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%d\t%s\n", c.Scenario, c.Target, c.Seed, c.Passed, c.Runs, c.Need, result)
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%d\t%s\n", c.Scenario, c.Where(), c.Seed, c.Passed, c.Runs, c.Need, result)
 		}
 	}
 	fmt.Fprintf(tw, "\n%d runs in %d cells, %d cells failed, %v\n", len(m.Rows), len(m.Cells), m.Failed(), m.Duration.Round(time.Second))
@@ -452,7 +530,7 @@ func (m *Matrix) WriteRates(w io.Writer) error {
 		if c.Errors > 0 {
 			misses = append(misses, fmt.Sprintf("harness error (%d)", c.Errors))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %.0f%% | %d of %d | %s |\n", c.Scenario, c.Target, c.Seed, c.Runs, c.Passed, 100*c.Rate(), c.Need, c.Runs, strings.Join(misses, "; "))
+		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %.0f%% | %d of %d | %s |\n", c.Scenario, c.Where(), c.Seed, c.Runs, c.Passed, 100*c.Rate(), c.Need, c.Runs, strings.Join(misses, "; "))
 	}
 	fmt.Fprintf(&b, "\n%d runs in %d cells, %s, set %s, time limit %v, started %s.\n", len(m.Rows), len(m.Cells), m.Duration.Round(time.Second), m.Set.Name, m.Set.TimeLimit, m.Started.Format(time.RFC3339))
 	_, err := io.WriteString(w, b.String())
@@ -514,7 +592,7 @@ func (m *Matrix) WriteJUnit(path string) error {
 				rows = append(rows, r)
 			}
 		}
-		jc := junitCase{Name: fmt.Sprintf("%s/%s/seed-%d", c.Scenario, c.Target, c.Seed), Classname: "splitbrain." + c.Target}
+		jc := junitCase{Name: fmt.Sprintf("%s/%s/seed-%d", c.Scenario, c.Where(), c.Seed), Classname: "splitbrain." + c.Target}
 		var out, misses, errs []string
 		for _, r := range rows {
 			jc.Time += r.Duration.Seconds()

@@ -10,6 +10,7 @@ package scenario
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -20,6 +21,11 @@ import (
 	"github.com/splitbrain/splitbrain/nemesis/clock"
 	"github.com/splitbrain/splitbrain/targets"
 )
+
+// KnownBug is the AntiPattern of a scenario that reproduces a bug reported
+// against a lock library or recipe (docs/known-bugs.md), not one of the
+// brief's anti-patterns.
+const KnownBug = -1
 
 // Scenario is one named preset.
 type Scenario struct {
@@ -179,30 +185,58 @@ type Need struct {
 	Says string
 	// Test reports whether b has it.
 	Test func(b targets.Backend) bool
+	// Client, when set, makes it a need of the run's client: tested on
+	// the client recipe a run chooses (Test then checks b's own).
+	Client func(b targets.Backend, r targets.Recipe) bool
 }
 
 // Needs of the catalogue.
 var (
 	// SingleNode: one lock node, which partitions cut away whole.
-	SingleNode = Need{"a single lock node", func(b targets.Backend) bool { return b.Size == 1 }}
+	SingleNode = Need{Says: "a single lock node", Test: func(b targets.Backend) bool { return b.Size == 1 }}
 	// SeveralMembers: a replicated lock service.
-	SeveralMembers = Need{"several lock nodes", func(b targets.Backend) bool { return b.Size > 1 }}
+	SeveralMembers = Need{Says: "several lock nodes", Test: func(b targets.Backend) bool { return b.Size > 1 }}
 	// FixedTTL: a lease that lasts one TTL, never renewed (a long TTL is
 	// then the only way to cover a long critical section).
-	FixedTTL = Need{"a lease that is not renewed", func(b targets.Backend) bool {
+	FixedTTL = Need{Says: "a lease that is not renewed", Test: func(b targets.Backend) bool {
 		r, err := b.RunRecipe()
 		return err == nil && !r.Renews
 	}}
 )
 
+// Fencing: the run's client gives fencing tokens (scenarios that run the
+// fenced counter need one; a client without is refused).
+var Fencing = ClientNeed("a client that gives fencing tokens", func(_ targets.Backend, r targets.Recipe) bool { return r.Fencing })
+
+// ClientNeed is a need of the run's client: the backend's own recipe, or
+// the library the run chooses (ConfigWith).
+func ClientNeed(says string, test func(b targets.Backend, r targets.Recipe) bool) Need {
+	return Need{Says: says, Client: test, Test: func(b targets.Backend) bool {
+		r, err := b.RunRecipe()
+		return err == nil && test(b, r)
+	}}
+}
+
+// Redlock: a lock on a majority of independent nodes (several nodes, no
+// leader, no replication between them).
+var Redlock = Need{Says: "several independent lock nodes, no leader", Test: func(b targets.Backend) bool { return b.Size >= 3 && !b.Leads }}
+
+// ClientOption needs the run to accept --recipe-opt name=value with its
+// client (an anti-pattern switch of the client, or of the backend).
+func ClientOption(name, value string) Need {
+	return ClientNeed("client option "+name+"="+value, func(b targets.Backend, r targets.Recipe) bool {
+		return b.CheckOptionsWith(r, map[string]string{name: value}) == nil
+	})
+}
+
 // ForgetsOnKill: a lock service that, killed and restarted in its default
 // configuration, forgets its locks and the fencing tokens it gave.
-var ForgetsOnKill = Need{"a lock service that forgets its tokens when killed", func(b targets.Backend) bool { return !b.Durable }}
+var ForgetsOnKill = Need{Says: "a lock service that forgets its tokens when killed", Test: func(b targets.Backend) bool { return !b.Durable }}
 
 // RecipeOption needs the run's recipe to accept --recipe-opt name=value
 // (an anti-pattern switch).
 func RecipeOption(name, value string) Need {
-	return Need{"recipe option " + name + "=" + value, func(b targets.Backend) bool { return b.Accepts(name, value) }}
+	return ClientOption(name, value)
 }
 
 // AppliesTo reports whether every need of s holds for b.
@@ -213,6 +247,65 @@ func (s Scenario) AppliesTo(b targets.Backend) bool {
 		}
 	}
 	return true
+}
+
+// AppliesWith reports whether every need of s holds for b run with the
+// client recipe r: the client's needs are tested on r, the others on b.
+func (s Scenario) AppliesWith(b targets.Backend, r targets.Recipe) bool {
+	for _, n := range s.Needs {
+		if n.Client != nil {
+			if !n.Client(b, r) {
+				return false
+			}
+		} else if !n.Test(b) {
+			return false
+		}
+	}
+	return true
+}
+
+// Clients lists, for backend b, the registered clients s applies with:
+// b's own recipe and the libraries that serve b.
+func (s Scenario) Clients(b targets.Backend) []string {
+	var out []string
+	for _, r := range targets.RecipesFor(b.Name) {
+		if s.AppliesWith(b, r) {
+			out = append(out, r.Kind)
+		}
+	}
+	slices.SortStableFunc(out, func(x, y string) int {
+		switch {
+		case x == b.Recipe:
+			return -1
+		case y == b.Recipe:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// ConfigWith returns the run options of s on backend b with the client
+// called client (a registered recipe; "" is b's own).
+func (s Scenario) ConfigWith(b targets.Backend, client string, base harness.Config) (harness.Config, error) {
+	if client == "" || client == b.Recipe {
+		return s.ConfigFor(b, base)
+	}
+	r, err := targets.LookupRecipe(client)
+	if err != nil {
+		return base, err
+	}
+	if !r.Serves(b.Name) {
+		return base, fmt.Errorf("client %s does not serve target %s", client, b.Name)
+	}
+	if !s.AppliesWith(b, r) {
+		return base, fmt.Errorf("scenario %s does not apply to target %s with client %s: it needs %s", s.Name, b.Name, client, s.needs())
+	}
+	c := base
+	c.Target, c.Client = b.Name, client
+	c.Faults = base.Faults.Clone()
+	s.Apply(&c, b)
+	return c, nil
 }
 
 // Targets lists the registered backends s applies to, by name.
@@ -242,7 +335,7 @@ func holders() nemesis.Weights { return nemesis.Weights{nemesis.GroupHolder: 1} 
 func Catalogue() []Scenario {
 	return []Scenario{
 		{
-			Name: "correct-pattern", AntiPattern: 0,
+			Name: "correct-pattern", AntiPattern: 0, Needs: []Need{Fencing},
 			Title: "lease + owner-checked release + fencing keeps the data correct under pauses, partitions and kills",
 			Apply: func(c *harness.Config, b targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys = "fenced-counter", "pause,partition,kill", 2
@@ -265,7 +358,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid), NoEarlyOverlaps: true, MaxStall: 15 * time.Second},
 		},
 		{
-			Name: "holder-lost-recovery", AntiPattern: 0,
+			Name: "holder-lost-recovery", AntiPattern: 0, Needs: []Need{Fencing},
 			Title: "a killed holder's lease expires on the service's side and the lock is granted again",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
@@ -275,7 +368,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), Recovers: true, MaxStall: 8 * time.Second, NoEarlyOverlaps: true},
 		},
 		{
-			Name: "no-expiry-deadlock", AntiPattern: 1, Needs: []Need{RecipeOption("expiry", "none")},
+			Name: "no-expiry-deadlock", AntiPattern: 1, Needs: []Need{RecipeOption("expiry", "none"), Fencing},
 			Title: "a lock without expiry whose holder is killed deadlocks everyone",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
@@ -286,7 +379,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{StallToEnd: true, MinStall: 5 * time.Second},
 		},
 		{
-			Name: "long-ttl-unavailable", AntiPattern: 2, Needs: []Need{FixedTTL},
+			Name: "long-ttl-unavailable", AntiPattern: 2, Needs: []Need{FixedTTL, Fencing},
 			Title: "a huge TTL keeps the lock unavailable for a whole TTL after its holder is lost",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
@@ -329,7 +422,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
 		{
-			Name: "bypass-writer", AntiPattern: 6, Needs: []Need{SingleNode},
+			Name: "bypass-writer", AntiPattern: 6, Needs: []Need{SingleNode, Fencing},
 			Title: "a writer that skips the token beside fenced clients loses updates despite fencing",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency, c.Bypass = "fenced-counter", "none", 1, 4, "c1"
@@ -337,7 +430,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
 		{
-			Name: "single-node-away", AntiPattern: 7, Needs: []Need{SingleNode},
+			Name: "single-node-away", AntiPattern: 7, Needs: []Need{SingleNode, Fencing},
 			Title: "a single-node lock backend partitioned away stops every client",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys = "fenced-counter", "partition", 2
@@ -347,7 +440,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), MinUnavailable: 3, MinStall: 2 * time.Second, MaxStall: 15 * time.Second, Classified: true},
 		},
 		{
-			Name: "single-node-restart", AntiPattern: 7, Needs: []Need{SingleNode, ForgetsOnKill},
+			Name: "single-node-restart", AntiPattern: 7, Needs: []Need{SingleNode, ForgetsOnKill, Fencing},
 			Title: "a single lock node killed and restarted without persistence hands out its fencing tokens again from 1",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
@@ -359,7 +452,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Invalid), Lock: verdict(checkers.Invalid), Data: verdict(checkers.Valid), MinRejections: 1},
 		},
 		{
-			Name: "busy-vs-unavailable", AntiPattern: 8, Needs: []Need{SeveralMembers},
+			Name: "busy-vs-unavailable", AntiPattern: 8, Needs: []Need{SeveralMembers, Fencing},
 			Title: "a busy lock and an unreachable lock service are told apart and counted separately",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				// Eight clients on one key, each holding it 300 ms: the
@@ -373,7 +466,74 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), MinBusy: 1, MinUnavailable: 1, Classified: true, MaxStall: 15 * time.Second},
 		},
 		{
-			Name: "late-writer-drill", AntiPattern: 0,
+			Name: "redlock-clock-jump", AntiPattern: KnownBug, Needs: []Need{Redlock},
+			Title: "known bug: forward clock jumps on a majority of Redlock's masters during one lease let a second client take the lock",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				// A long lease held for most of its TTL; short forward
+				// jumps larger than the TTL, one master after another,
+				// expire the holder's key wherever they land: three
+				// masters within one lease and another client takes a
+				// majority while the first still holds (and writes).
+				// A jump takes about a second to inject and verify under
+				// load: a 25 s hold sees a dozen or more, landing on three
+				// of the five masters or more.
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "clock", 1, 3
+				c.LeaseTTL, c.Work, c.AcquireTimeout = 30*time.Second, 25*time.Second, 30*time.Second
+				// The harness waits out a whole wait and hold, so that the
+				// second holder's operation is seen whole (not timed out).
+				c.OpTimeout = 70 * time.Second
+				cs := nemesis.SpecOf[*clock.Spec](c.Faults)
+				cs.Targets, cs.Modes, cs.Direction = nemesis.Weights{nemesis.GroupNode: 1}, nemesis.List{clock.ModeBump}, clock.DirForward
+				cs.Min, cs.Max = 31*time.Second, 32*time.Second
+				c.FaultMin, c.FaultMax, c.NemesisInterval = 150*time.Millisecond, 250*time.Millisecond, 200*time.Millisecond
+			},
+			Expect: Expect{Valid: verdict(checkers.Invalid), MinOverlaps: 1},
+		},
+		{
+			Name: "redlock-restart-no-persistence", AntiPattern: KnownBug, Needs: []Need{Redlock},
+			Title: "known bug: Redlock masters killed and restarted at once without persistence forget the holder's lock, and a second client takes it",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				// Redlock assumes a crashed master stays down longer than
+				// a TTL; here each is back within a second, empty.
+				// A kill and its restart take 3-5 s under load: a 25 s hold
+				// sees about six, on three of the five masters or more.
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "kill", 1, 3
+				c.LeaseTTL, c.Work, c.AcquireTimeout = 30*time.Second, 25*time.Second, 30*time.Second
+				// The harness waits out a whole wait and hold, so that the
+				// second holder's operation is seen whole (not timed out).
+				c.OpTimeout = 70 * time.Second
+				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = nemesis.Weights{nemesis.GroupNode: 1}
+				c.FaultMin, c.FaultMax, c.NemesisInterval = 100*time.Millisecond, 200*time.Millisecond, 400*time.Millisecond
+				c.RecipeOptions = map[string]string{"persistence": "none"}
+			},
+			Expect: Expect{Valid: verdict(checkers.Invalid), MinOverlaps: 1},
+		},
+		{
+			Name: "etcd-unlock-retry", AntiPattern: KnownBug, Needs: []Need{ClientOption("unlock", "retry")},
+			Title: "known bug (etcd issue 22082, client v3.7.3): an Unlock retried after a timeout deletes the newer lock its session took since, and another client takes it",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				// The application gives Unlock 1 ms (the delete may commit
+				// after the client gave up) and retries it 300 ms later
+				// with the same Mutex; on one key the same session has
+				// often locked again by then, under the same key name.
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "none", 1, 3
+				c.Work = 500 * time.Millisecond
+				c.RecipeOptions = map[string]string{"unlock": "retry", "unlock-timeout": "1ms", "unlock-retry-delay": "300ms"}
+			},
+			Expect: Expect{Valid: verdict(checkers.Invalid), MinOverlaps: 1},
+		},
+		{
+			Name: "etcd-unlock-once", AntiPattern: 0, Needs: []Need{ClientOption("unlock", "once")},
+			Title: "control of etcd-unlock-retry: the same timed-out Unlocks, not retried, give no lock away",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "none", 1, 3
+				c.Work = 500 * time.Millisecond
+				c.RecipeOptions = map[string]string{"unlock": "once", "unlock-timeout": "1ms"}
+			},
+			Expect: Expect{Valid: verdict(checkers.Valid), NoEarlyOverlaps: true},
+		},
+		{
+			Name: "late-writer-drill", AntiPattern: 0, Needs: []Need{Fencing},
 			Title: "partition a slow holder from the lock service, heal, and watch fencing stop its late write",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "partition", 1, 4

@@ -2,24 +2,87 @@ package scenario
 
 import (
 	"fmt"
+	"html/template"
 	"io"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/splitbrain/splitbrain/targets"
 )
 
+// validationScenarios back the checklist; checklistRuns says which of
+// them back each question (the comparison page links a cell to them).
+var (
+	validationScenarios = []string{"correct-pattern", "holder-lost-recovery", "late-writer-drill", "unfenced-late-write", "busy-vs-unavailable", "single-node-away"}
+	checklistRuns       = map[string][]string{
+		qExpiry:    {"holder-lost-recovery"},
+		qToken:     {"correct-pattern", "late-writer-drill"},
+		qOwner:     {"correct-pattern"},
+		qShort:     {"correct-pattern"},
+		qWatchdog:  {"late-writer-drill"},
+		qConsensus: {"correct-pattern"},
+		qBusy:      validationScenarios,
+		qMetrics:   {"correct-pattern"},
+		qDrill:     {"late-writer-drill"},
+	}
+)
+
+// The checklist's questions.
+const (
+	qExpiry    = "Lease with auto-expiry, decided by the service?"
+	qToken     = "Monotonic fencing token, strictly checked on all write paths?"
+	qOwner     = "Owner-checked release?"
+	qShort     = "Short critical sections?"
+	qWatchdog  = "Watchdog renewal only while healthy?"
+	qConsensus = "Consensus-backed service (and fencing anyway)?"
+	qBusy      = "Busy vs unavailable told apart?"
+	qMetrics   = "Metrics for lock wait, hold time, renew failures and fencing rejections?"
+	qDrill     = "Partition-then-heal drill with a late writer run?"
+)
+
 // ValidationSet is the set `splitbrain validate` runs against one target:
 // the scenarios whose results back the lock-safety checklist.
 func ValidationSet(target string, timeLimit time.Duration) *Set {
-	s := &Set{Name: "validate-" + target, TimeLimit: timeLimit, Seeds: []uint64{1}, Repetitions: 1}
-	for _, name := range []string{"correct-pattern", "holder-lost-recovery", "late-writer-drill", "unfenced-late-write", "busy-vs-unavailable", "single-node-away"} {
-		sc, _ := Lookup(name)
-		if slices.Contains(sc.Targets(), target) {
-			s.Entries = append(s.Entries, Entry{Scenario: name, Targets: []string{target}})
+	s, _ := ValidationSetWith(target, "", timeLimit)
+	return s
+}
+
+// ValidationSetWith is ValidationSet with the lock client called client
+// (a registered library; "" is the target's own): the scenarios that
+// apply with it.
+func ValidationSetWith(target, client string, timeLimit time.Duration) (*Set, error) {
+	b, err := targets.Lookup(target)
+	if err != nil {
+		return nil, err
+	}
+	r, err := b.RunRecipe()
+	if client != "" {
+		r, err = targets.LookupRecipe(client)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !r.Serves(b.Name) {
+		return nil, fmt.Errorf("client %s does not serve target %s (it serves %s)", r.Kind, target, strings.Join(r.Backends, ", "))
+	}
+	name := "validate-" + target
+	if client != "" && client != b.Recipe {
+		name += "-" + client
+	}
+	s := &Set{Name: name, TimeLimit: timeLimit, Seeds: []uint64{1}, Repetitions: 1}
+	for _, n := range validationScenarios {
+		sc, _ := Lookup(n)
+		if sc.AppliesWith(b, r) {
+			e := Entry{Scenario: n, Targets: []string{target}}
+			if client != "" && client != b.Recipe {
+				e.Clients = []string{client}
+			}
+			s.Entries = append(s.Entries, e)
 		}
 	}
-	return s
+	return s, nil
 }
 
 // Item is one line of the checklist.
@@ -43,10 +106,10 @@ func Checklist(b targets.Backend, m *Matrix) []Item {
 	}
 
 	if r, ok := get("holder-lost-recovery"); ok {
-		add("Lease with auto-expiry, decided by the service?", !r.StalledToEnd && r.Pass(),
+		add(qExpiry, !r.StalledToEnd && r.Pass(),
 			"holders killed mid-section; longest stall %v with TTL %v, %s", r.Stall.Round(100*time.Millisecond), r.LeaseTTL, recovered(r))
 	} else {
-		add("Lease with auto-expiry, decided by the service?", false, "not run")
+		add(qExpiry, false, "not run")
 	}
 
 	fenced := []Row{}
@@ -60,29 +123,29 @@ func Checklist(b targets.Backend, m *Matrix) []Item {
 		nonMono += r.NonMonotonic
 		rejected += r.Rejections
 	}
-	add("Monotonic fencing token, strictly checked on all write paths?", len(fenced) > 0 && nonMono == 0 && rejected > 0,
+	add(qToken, len(fenced) > 0 && nonMono == 0 && rejected > 0,
 		"%d fenced runs: %d tokens out of grant order, %d stale accesses refused by the store", len(fenced), nonMono, rejected)
 
 	if r, ok := get("correct-pattern"); ok {
-		add("Owner-checked release?", r.Early == 0,
+		add(qOwner, r.Early == 0,
 			"%d overlapping holds under faults, %d of them a live lock given away", r.Overlaps, r.Early)
-		add("Short critical sections?", r.HoldP99 < r.LeaseTTL/2,
+		add(qShort, r.HoldP99 < r.LeaseTTL/2,
 			"hold p99 %v against a %v lease", r.HoldP99.Round(time.Millisecond), r.LeaseTTL)
 	} else {
-		add("Owner-checked release?", false, "not run")
-		add("Short critical sections?", false, "not run")
+		add(qOwner, false, "not run")
+		add(qShort, false, "not run")
 	}
 
 	if r, ok := get("late-writer-drill"); ok {
-		add("Watchdog renewal only while healthy?", r.RenewFailures > 0,
+		add(qWatchdog, r.RenewFailures > 0,
 			"%d renewals failed while holders were cut off from the lock service (0 means the recipe does not renew: a fixed TTL)", r.RenewFailures)
 	} else {
-		add("Watchdog renewal only while healthy?", false, "not run")
+		add(qWatchdog, false, "not run")
 	}
 
 	size, leads := b.Size, b.Leads
 	cp, cpOK := get("correct-pattern")
-	add("Consensus-backed service (and fencing anyway)?", size >= 3 && leads && cpOK && cp.Pass(),
+	add(qConsensus, size >= 3 && leads && cpOK && cp.Pass(),
 		"%d lock nodes, leader: %v; fenced run under partitions %s", size, leads, verdictWord(cp, cpOK))
 
 	busy, unavail := 0, 0
@@ -90,17 +153,17 @@ func Checklist(b targets.Backend, m *Matrix) []Item {
 		busy += r.Busy
 		unavail += r.Unavailable
 	}
-	add("Busy vs unavailable told apart?", busy > 0 && unavail > 0,
+	add(qBusy, busy > 0 && unavail > 0,
 		"%d acquisitions failed because the lock was held, %d because the service could not answer", busy, unavail)
 
-	add("Metrics for lock wait, hold time, renew failures and fencing rejections?", len(m.Rows) > 0,
+	add(qMetrics, len(m.Rows) > 0,
 		"recorded by every run's results.json (metrics section)%s", metricsLine(cp, cpOK))
 
 	if r, ok := get("late-writer-drill"); ok {
-		add("Partition-then-heal drill with a late writer run?", r.LateRejected > 0 && r.Pass(),
+		add(qDrill, r.LateRejected > 0 && r.Pass(),
 			"%d late writes by holders cut off from the lock service were refused by fencing; verdict %s", r.LateRejected, r.Verdict)
 	} else {
-		add("Partition-then-heal drill with a late writer run?", false, "not run")
+		add(qDrill, false, "not run")
 	}
 	return items
 }
@@ -144,3 +207,94 @@ func WriteChecklist(w io.Writer, target string, items []Item) {
 	}
 	fmt.Fprintf(w, "%d of %d items pass.\n", passed, len(items))
 }
+
+// Column is one backend and client of a comparison: its checklist and the
+// runs behind it.
+type Column struct {
+	Target, Client   string
+	Library, Version string
+	Items            []Item
+	Rows             []Row
+}
+
+// Title names the column ("redis / redis-py 4.3.4").
+func (c Column) Title() string {
+	if c.Client == "" {
+		return c.Target
+	}
+	t := c.Target + " / " + c.Client
+	if c.Version != "" {
+		t += " " + c.Version
+	}
+	return t
+}
+
+// runsFor are the column's runs behind question q.
+func (c Column) runsFor(q string) []Row {
+	var out []Row
+	for _, r := range c.Rows {
+		if slices.Contains(checklistRuns[q], r.Scenario) && r.Dir != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// WriteComparison writes one HTML page comparing columns: the checklist's
+// questions as rows, a column per backend and client, each cell PASS or
+// FAIL with its evidence and links to the runs behind it (their
+// report.html, relative to dir, where the page goes).
+func WriteComparison(w io.Writer, dir string, cols []Column) error {
+	type cell struct {
+		Pass     bool
+		Evidence string
+		Runs     []struct{ Name, Href string }
+	}
+	type row struct {
+		Question string
+		Cells    []cell
+	}
+	var rows []row
+	for i, q := range []string{qExpiry, qToken, qOwner, qShort, qWatchdog, qConsensus, qBusy, qMetrics, qDrill} {
+		r := row{Question: q}
+		for _, c := range cols {
+			var ce cell
+			if i < len(c.Items) && c.Items[i].Question == q {
+				ce.Pass, ce.Evidence = c.Items[i].Pass, c.Items[i].Evidence
+			}
+			for _, run := range c.runsFor(q) {
+				href := filepath.Join(run.Dir, "report.html")
+				if rel, err := filepath.Rel(dir, href); err == nil {
+					href = rel
+				}
+				ce.Runs = append(ce.Runs, struct{ Name, Href string }{run.Scenario, filepath.ToSlash(href)})
+			}
+			r.Cells = append(r.Cells, ce)
+		}
+		rows = append(rows, r)
+	}
+	return comparisonPage.Execute(w, map[string]any{"Cols": cols, "Rows": rows})
+}
+
+var comparisonPage = template.Must(template.New("compare").Parse(`<!doctype html>
+<html><head><meta charset="utf-8"><title>splitbrain: lock-safety checklist compared</title>
+<style>
+body{font:14px system-ui,sans-serif;margin:2em}
+table{border-collapse:collapse}
+th,td{border:1px solid #ccc;padding:.4em .6em;vertical-align:top;max-width:22em}
+td.pass{background:#e8f5e9}td.fail{background:#ffebee}
+.mark{font-weight:bold}.ev{color:#555;font-size:12px}
+a{color:#1565c0}
+</style></head><body>
+<h1>Lock-safety checklist, compared</h1>
+<p>Each column is one lock backend with one client, validated by real runs under faults
+(<code>splitbrain validate</code>); each cell answers one question of the checklist from those runs and links to them.</p>
+<table>
+<tr><th>question</th>{{range .Cols}}<th>{{.Title}}{{if .Library}}<div class="ev">{{.Library}}</div>{{end}}</th>{{end}}</tr>
+{{range .Rows}}<tr><th style="text-align:left">{{.Question}}</th>{{range .Cells}}<td class="{{if .Pass}}pass{{else}}fail{{end}}">
+<span class="mark">{{if .Pass}}PASS{{else}}FAIL{{end}}</span>
+<div class="ev">{{.Evidence}}</div>
+{{range .Runs}}<a href="{{.Href}}">{{.Name}}</a> {{end}}</td>{{end}}</tr>
+{{end}}</table>
+</body></html>
+`))

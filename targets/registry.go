@@ -150,9 +150,50 @@ type Recipe struct {
 	Renews bool
 	// Options are the recipe options it accepts (RecipeConfig.Options).
 	Options []Option
-	// New makes a Locker for one client.
+	// New makes a Locker for one client (a library in Go, in process).
 	New LockerFactory
+	// Adapter, set instead of New, is the command line of an adapter
+	// process that wraps a library in another language and speaks the
+	// client protocol (docs/client-protocol.md), run with sh -c in the
+	// client files directory of its image (Files put it there). The
+	// adapter runner is registered by package targets/external
+	// ([RegisterAdapterRunner]).
+	Adapter string
+	// Language is the client's language ("go" when empty): a library in
+	// another language runs as an adapter process (package external).
+	Language string
+	// Packages and Files, when set, give the recipe a client image of its
+	// own, role ClientRole(): the client image plus these Debian packages
+	// and files (an adapter in another language, what it runs on, a
+	// second build of a library), so that no other client carries them.
+	Packages []string
+	Files    []images.File
+	// Title says in a few words what the client is, for listings.
+	Title string
 }
+
+// ClientRole is the image role the recipe's agents run in:
+// "client-<Kind>" when it has packages or files of its own, else the
+// plain client role.
+func (r Recipe) ClientRole() string {
+	if len(r.Packages)+len(r.Files) > 0 {
+		return runtime.RoleClient + "-" + r.Kind
+	}
+	return runtime.RoleClient
+}
+
+// Info is what results.json records about a run's client when it uses r.
+func (r Recipe) Info() ClientInfo {
+	lang := r.Language
+	if lang == "" {
+		lang = "go"
+	}
+	return ClientInfo{Recipe: r.Kind, Library: r.Library, Version: r.Version, Language: lang,
+		Fencing: r.Fencing, CheckedRelease: r.CheckedRelease, Renews: r.Renews}
+}
+
+// Serves reports whether the recipe serves the backend called name.
+func (r Recipe) Serves(name string) bool { return slices.Contains(r.Backends, name) }
 
 var (
 	regMu       sync.RWMutex
@@ -279,10 +320,13 @@ func RegisterRecipe(r Recipe) {
 	regMu.Lock()
 	defer regMu.Unlock()
 	switch _, dup := recipes[r.Kind]; {
-	case r.Kind == "" || r.New == nil || len(r.Backends) == 0:
-		panic(fmt.Sprintf("targets: register recipe %q: want a kind, a factory and the backends it serves", r.Kind))
+	case r.Kind == "" || (r.New == nil) == (r.Adapter == "") || len(r.Backends) == 0:
+		panic(fmt.Sprintf("targets: register recipe %q: want a kind, a factory or an adapter command (one of them), and the backends it serves", r.Kind))
 	case dup:
 		panic(fmt.Sprintf("targets: recipe %q registered twice", r.Kind))
+	}
+	if role := r.ClientRole(); role != runtime.RoleClient {
+		images.Register(images.Role{Name: role, Packages: r.Packages, Files: r.Files})
 	}
 	recipes[r.Kind] = r
 }
@@ -316,13 +360,56 @@ func Recipes() []Recipe {
 }
 
 // Lockers maps every registered recipe's kind to its factory, as client
-// agents need them.
+// agents need them; with an adapter runner registered, ExternalKind too (a
+// client the user brings, its command in RecipeConfig.Command).
 func Lockers() map[string]LockerFactory {
 	out := map[string]LockerFactory{}
 	for _, r := range Recipes() {
-		out[r.Kind] = r.New
+		out[r.Kind] = r.Factory()
+	}
+	regMu.RLock()
+	run := adapterRunner
+	regMu.RUnlock()
+	if run != nil {
+		out[ExternalKind] = run(ExternalKind, "")
 	}
 	return out
+}
+
+// ExternalKind is the recipe kind of a client the user brings: an adapter
+// whose command line travels in RecipeConfig.Command.
+const ExternalKind = "external"
+
+// AdapterRunner makes the factory of lockers that run command (an adapter
+// process speaking the client protocol; empty: RecipeConfig.Command) for
+// recipe kind.
+type AdapterRunner func(kind, command string) LockerFactory
+
+var adapterRunner AdapterRunner
+
+// RegisterAdapterRunner registers how adapter processes are run (package
+// targets/external does, from its init function).
+func RegisterAdapterRunner(run AdapterRunner) {
+	regMu.Lock()
+	defer regMu.Unlock()
+	adapterRunner = run
+}
+
+// Factory is the recipe's LockerFactory: New, or the registered adapter
+// runner running Adapter.
+func (r Recipe) Factory() LockerFactory {
+	if r.New != nil {
+		return r.New
+	}
+	regMu.RLock()
+	run := adapterRunner
+	regMu.RUnlock()
+	if run == nil {
+		return func(context.Context, RecipeConfig, string, *slog.Logger) (Locker, error) {
+			return nil, fmt.Errorf("recipe %s runs an adapter process, and no adapter runner is registered (import package targets/external)", r.Kind)
+		}
+	}
+	return run(r.Kind, r.Adapter)
 }
 
 // RecipesFor returns the recipes that serve the backend called name.
@@ -377,6 +464,12 @@ func (b Backend) AllOptions() ([]Option, error) {
 	return append(slices.Clone(b.Options), r.Options...), nil
 }
 
+// OptionsWith are the --recipe-opt settings a run of the backend with the
+// client recipe r accepts: the backend's own and r's.
+func (b Backend) OptionsWith(r Recipe) []Option {
+	return append(slices.Clone(b.Options), r.Options...)
+}
+
 // Accepts reports whether a run of the backend takes the option
 // name=value.
 func (b Backend) Accepts(name, value string) bool {
@@ -395,6 +488,19 @@ func (b Backend) CheckOptions(opts map[string]string) error {
 	if err != nil {
 		return err
 	}
+	return b.checkOptions(all, opts)
+}
+
+// CheckOptionsWith is CheckOptions for a run of the backend with the
+// client recipe r instead of its own.
+func (b Backend) CheckOptionsWith(r Recipe, opts map[string]string) error {
+	if len(opts) == 0 {
+		return nil
+	}
+	return b.checkOptions(b.OptionsWith(r), opts)
+}
+
+func (b Backend) checkOptions(all []Option, opts map[string]string) error {
 	names := make([]string, 0, len(opts))
 	for k := range opts {
 		names = append(names, k)

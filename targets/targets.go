@@ -58,6 +58,51 @@ type Lease interface {
 	Release(ctx context.Context) error
 }
 
+// KindError is a lock client's error that names its own history error
+// kind (history.ErrClientTimeout, say): an adapter process that answered
+// late, broke the protocol or died, which is neither a busy lock nor an
+// unavailable service. Agents record Kind instead of guessing.
+type KindError struct {
+	Kind string
+	Err  error
+}
+
+func (e *KindError) Error() string { return e.Err.Error() }
+func (e *KindError) Unwrap() error { return e.Err }
+
+// ErrorKind returns the kind named by a KindError in err's chain, or "".
+func ErrorKind(err error) string {
+	var ke *KindError
+	if errors.As(err, &ke) {
+		return ke.Kind
+	}
+	return ""
+}
+
+// ClientInfo says which lock client a run's agents used: the recipe, and
+// the library, its version and what it offers. results.json carries it.
+type ClientInfo struct {
+	// Recipe is the recipe's kind ("redsync", "external").
+	Recipe string `json:"recipe"`
+	// Library and Version name the library (empty for our own recipes).
+	Library string `json:"library,omitempty"`
+	Version string `json:"version,omitempty"`
+	// Language is the client's language ("go", "python").
+	Language string `json:"language,omitempty"`
+	// Command is an adapter process's command line (external clients).
+	Command string `json:"command,omitempty"`
+	// Fencing, CheckedRelease and Renews are as in [Recipe].
+	Fencing        bool `json:"fencing"`
+	CheckedRelease bool `json:"checked_release"`
+	Renews         bool `json:"renews"`
+}
+
+// Describer is implemented by Lockers that learn what they are only when
+// running (an adapter process says it in its handshake).
+type Describer interface {
+	Describe() ClientInfo
+}
+
 // RenewCounter is implemented by leases that renew themselves in the
 // background and can say how many renewals failed.
 type RenewCounter interface {
@@ -96,6 +141,21 @@ type RecipeConfig struct {
 	// Options are recipe-specific switches, e.g. the anti-patterns a
 	// scenario asks for ("expiry": "none", "release": "unchecked").
 	Options map[string]string `json:"options,omitempty"`
+	// Backend names the backend (Kind names the recipe, which may serve
+	// several backends); empty means Kind.
+	Backend string `json:"backend,omitempty"`
+	// Command is the adapter command line of a client brought by the user
+	// (Kind "external"), run with sh -c in the client's files directory.
+	Command string `json:"command,omitempty"`
+}
+
+// BackendName is the backend's name: Backend, or Kind when Backend is
+// empty.
+func (c RecipeConfig) BackendName() string {
+	if c.Backend != "" {
+		return c.Backend
+	}
+	return c.Kind
 }
 
 // LockerFactory makes a Locker for the client called client.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/workloads/agent"
 )
 
@@ -44,6 +45,17 @@ type Client struct {
 	offset int64
 	// skew is half the best ping round trip: the uncertainty of offset.
 	skew time.Duration
+
+	// info is what the agent's lock client said it is (nil: nothing).
+	info *targets.ClientInfo
+}
+
+// ClientInfo is what the agent's lock client said of itself when it was
+// configured (an adapter's handshake); nil when it said nothing.
+func (c *Client) ClientInfo() *targets.ClientInfo {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.info
 }
 
 // conn is one life of the agent: its stdin and the responses read from its
@@ -153,6 +165,9 @@ func (c *Client) Configure(ctx context.Context, cfg agent.Config) error {
 		}
 		switch r.Type {
 		case agent.RespReady:
+			c.mu.Lock()
+			c.info = r.Client
+			c.mu.Unlock()
 			return nil
 		case agent.RespError:
 			return fmt.Errorf("configure %s: %s", c.Name, r.Error)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -26,13 +27,31 @@ func newScenariosCmd(_ *globalFlags) *cobra.Command {
 		Args:  exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tANTI-PATTERN\tTARGETS\tEXPECTED\tWHAT IT SHOWS")
+			fmt.Fprintln(tw, "NAME\tANTI-PATTERN\tTARGETS/CLIENTS\tEXPECTED\tWHAT IT SHOWS")
 			for _, s := range scenario.Catalogue() {
 				ap := "-"
-				if s.AntiPattern > 0 {
+				switch {
+				case s.AntiPattern > 0:
 					ap = fmt.Sprint(s.AntiPattern)
+				case s.AntiPattern == scenario.KnownBug:
+					ap = "known bug"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, ap, strings.Join(s.Targets(), ","), describe(s.Expect), s.Title)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, ap, scenarioCells(s), describe(s.Expect), s.Title)
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), "\nLock clients (--client NAME; or the command line of your own adapter, docs/your-client.md):")
+			tw = tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "CLIENT\tTARGETS\tLIBRARY\tVERSION\tLANGUAGE\tTOKEN\tCHECKED RELEASE\tRENEWS")
+			for _, r := range targets.Recipes() {
+				info := r.Info()
+				lib, ver := info.Library, info.Version
+				if lib == "" {
+					lib, ver = "splitbrain's own recipe", "-"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Kind, strings.Join(r.Backends, ","), lib, ver, info.Language,
+					yesNo(info.Fencing), yesNo(info.CheckedRelease), yesNo(info.Renews))
 			}
 			return tw.Flush()
 		},
@@ -51,6 +70,7 @@ func describe(e scenario.Expect) string {
 		}
 	}
 	add(e.MinLostUpdates > 0, "lost updates")
+	add(e.MinOverlaps > 0, "two holders at once")
 	add(e.MinEarlyOverlaps > 0, "live lock given away")
 	add(e.NoEarlyOverlaps, "no live lock given away")
 	add(e.MinLateRejected > 0, "late write refused")
@@ -192,41 +212,139 @@ func newMatrixCmd(g *globalFlags) *cobra.Command {
 
 func newValidateCmd(g *globalFlags) *cobra.Command {
 	var (
-		target    string
+		tgts      []string
+		clients   []string
 		timeLimit time.Duration
+		page      string
 		mf        matrixFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "validate",
-		Short: "Run the catalogue against one backend and answer the lock-safety checklist from the runs",
-		Args:  exactArgs(0),
+		Short: "Run the catalogue against backends and clients and answer the lock-safety checklist from the runs",
+		Long: "validate runs the scenarios that back the lock-safety checklist against a backend (with its own client,\n" +
+			"or each --client that serves it) and prints the checklist, a PASS/FAIL line per item backed by the runs.\n" +
+			"With several targets or clients it also writes one comparison page: checklist rows x backend/client\n" +
+			"columns, each cell linked to its runs.",
+		Example: "  splitbrain validate --target etcd\n  splitbrain validate --target redis --client redis-py\n" +
+			"  splitbrain validate --target redis,etcd --client redis,redsync,etcd,etcd-v3.7",
+		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			b, err := targets.Lookup(target)
-			if err != nil {
-				return &harness.InputError{Err: err}
+			type job struct {
+				b      targets.Backend
+				client string
+				set    *scenario.Set
 			}
-			m, err := runMatrix(cmd, g, scenario.ValidationSet(target, timeLimit), &mf)
-			if err != nil {
-				return err
-			}
-			items := scenario.Checklist(b, m)
-			fmt.Fprintln(cmd.OutOrStdout())
-			scenario.WriteChecklist(cmd.OutOrStdout(), target, items)
-			if err := mismatchError(m); err != nil {
-				return err
-			}
-			for _, it := range items {
-				if !it.Pass {
-					return &exitError{code: exitInvalid, err: errors.New("validate: the backend fails part of the checklist (see above)")}
+			var jobs []job
+			for _, t := range tgts {
+				b, err := targets.Lookup(t)
+				if err != nil {
+					return &harness.InputError{Err: err}
 				}
+				cls := []string{""}
+				if len(clients) > 0 {
+					cls = nil
+					for _, c := range clients {
+						if r, err := targets.LookupRecipe(c); err != nil {
+							return &harness.InputError{Err: err}
+						} else if r.Serves(t) {
+							cls = append(cls, c)
+						}
+					}
+				}
+				for _, c := range cls {
+					set, err := scenario.ValidationSetWith(t, c, timeLimit)
+					if err != nil {
+						return &harness.InputError{Err: err}
+					}
+					jobs = append(jobs, job{b: b, client: c, set: set})
+				}
+			}
+			if len(jobs) == 0 {
+				return &harness.InputError{Err: fmt.Errorf("no --client serves --target %s", strings.Join(tgts, ","))}
+			}
+			var cols []scenario.Column
+			failed := false
+			var mismatch error
+			for _, j := range jobs {
+				m, err := runMatrix(cmd, g, j.set, &mf)
+				if err != nil {
+					return err
+				}
+				items := scenario.Checklist(j.b, m)
+				col := scenario.Column{Target: j.b.Name, Client: j.client, Items: items, Rows: m.Rows}
+				name := j.b.Name
+				if j.client != "" {
+					name += " with client " + j.client
+				}
+				for _, r := range m.Rows {
+					if r.Library != "" {
+						col.Library, col.Version = r.Library, r.Version
+					}
+				}
+				if col.Library != "" {
+					name += " (" + col.Library + " " + col.Version + ")"
+				}
+				fmt.Fprintln(cmd.OutOrStdout())
+				scenario.WriteChecklist(cmd.OutOrStdout(), name, items)
+				if r, err := recipeOf(j.b, j.client); err == nil && !r.Fencing {
+					fmt.Fprintf(cmd.OutOrStdout(), "  (client %s gives no fencing token: the fenced scenarios cannot run; fence at the store with a version check)\n", r.Kind)
+				}
+				cols = append(cols, col)
+				if err := mismatchError(m); err != nil && mismatch == nil {
+					mismatch = err
+				}
+				for _, it := range items {
+					failed = failed || !it.Pass
+				}
+			}
+			if len(cols) > 1 || page != "" {
+				if page == "" {
+					page = filepath.Join(mf.results, "validate", "compare-"+time.Now().UTC().Format("20060102T150405Z")+".html")
+				}
+				if err := writeComparison(page, cols); err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "\ncomparison: %s\n", page)
+			}
+			if mismatch != nil {
+				return mismatch
+			}
+			if failed {
+				return &exitError{code: exitInvalid, err: errors.New("validate: part of the checklist fails (see above)")}
 			}
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&target, "target", validateDefault(), "backend: "+strings.Join(targets.Names(), ", ")+"; the default is the first with 3 or more nodes and a leader, as the checklist asks")
+	cmd.Flags().StringSliceVar(&tgts, "target", []string{validateDefault()}, "backends: "+strings.Join(targets.Names(), ", ")+"; the default is the first with 3 or more nodes and a leader, as the checklist asks")
+	cmd.Flags().StringSliceVar(&clients, "client", nil, "lock clients to validate on each target they serve (default: each target's own)"+clientsHelp())
 	cmd.Flags().DurationVar(&timeLimit, "time-limit", 20*time.Second, "each run's test phase")
+	cmd.Flags().StringVar(&page, "page", "", "write the comparison page here (default with several columns: RESULTS/validate/compare-TIME.html)")
 	mf.bind(cmd)
 	return cmd
+}
+
+// recipeOf is the recipe a validation of b with client runs.
+func recipeOf(b targets.Backend, client string) (targets.Recipe, error) {
+	if client == "" {
+		return b.RunRecipe()
+	}
+	return targets.LookupRecipe(client)
+}
+
+// writeComparison writes the comparison page to path.
+func writeComparison(path string, cols []scenario.Column) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("comparison page: %w", err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("comparison page: %w", err)
+	}
+	if err := scenario.WriteComparison(f, filepath.Dir(path), cols); err != nil {
+		f.Close()
+		return fmt.Errorf("comparison page: %w", err)
+	}
+	return f.Close()
 }
 
 // validateDefault is the backend validate checks when none is named: the
@@ -239,4 +357,37 @@ func validateDefault() string {
 		}
 	}
 	return targets.Default()
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// scenarioCells says where a scenario applies: each target, with the
+// libraries that serve it and fit the scenario ("redis(redsync,redis-py)").
+func scenarioCells(s scenario.Scenario) string {
+	var out []string
+	for _, b := range targets.Backends() {
+		clients := s.Clients(b)
+		if len(clients) == 0 {
+			continue
+		}
+		own := slices.Contains(clients, b.Recipe)
+		others := slices.DeleteFunc(slices.Clone(clients), func(c string) bool { return c == b.Recipe })
+		switch {
+		case own && len(others) == 0:
+			out = append(out, b.Name)
+		case own:
+			out = append(out, b.Name+"(+"+strings.Join(others, ",")+")")
+		default:
+			out = append(out, b.Name+"("+strings.Join(others, ",")+" only)")
+		}
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, " ")
 }

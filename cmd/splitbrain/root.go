@@ -133,6 +133,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newClockCmd(g),
 		newServeCmd(g),
 		newBenchLoopCmd(g),
+		newClientCheckCmd(g),
 	}
 	root.AddCommand(cmds...)
 	root.AddCommand(newProgramCmds(g, cmds)...)

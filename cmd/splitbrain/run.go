@@ -66,6 +66,9 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	f.BoolVar(&cfg.Keep, "keep", false, "leave containers and the network after the run")
 	f.StringArrayVar(&recipeOpts, "recipe-opt", nil, "lock recipe option key=value (repeatable); each target's:"+recipeOptionsHelp())
 	f.StringVar(&cfg.Bypass, "bypass-clients", "", "clients (c1,c2) that write without lock or token: a bypass writer")
+	f.StringVar(&cfg.Client, "client", "", "lock client: a library that serves the target"+clientsHelp()+"\n  or the command line of your own adapter (docs/client-protocol.md), e.g. 'python3 my_lock.py'")
+	f.StringVar(&cfg.ClientFiles, "client-files", "", "directory whose files go into the client image, in the adapter's working directory (with --client CMD)")
+	f.StringSliceVar(&cfg.ClientPackages, "client-packages", nil, "Debian packages the client image gets for your adapter (with --client CMD)")
 	sf.register(cmd)
 	return cmd
 }
@@ -87,6 +90,15 @@ func recipeOptionsHelp() string {
 			}
 			fmt.Fprintf(&b, " %s%s", o.Name, v)
 		}
+	}
+	return b.String()
+}
+
+// clientsHelp lists each backend's clients, from the registry.
+func clientsHelp() string {
+	var b strings.Builder
+	for _, t := range targets.Backends() {
+		fmt.Fprintf(&b, "\n  %s: %s", t.Name, strings.Join(harness.ClientNames(t), ", "))
 	}
 	return b.String()
 }

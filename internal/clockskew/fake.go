@@ -155,6 +155,8 @@ func (h *FakeHelper) Exec(_ context.Context, node string, argv []string) (runtim
 	ok := func(out string) (runtime.ExecResult, error) { return runtime.ExecResult{Stdout: []byte(out)}, nil }
 	now := time.Now()
 	switch mech + " " + op {
+	case "vdso tree":
+		return ok("1\n") // a fake node runs one process
 	case "vdso inject":
 		if h.denied[node] {
 			return fakeFail(exitEnv, "clock vdso inject: %v: operation not permitted", errPtraceDenied)

@@ -33,6 +33,7 @@ vDSO skew of a running process (Go programs and anything calling the vDSO; linux
   vdso restore --pid P                                  write the original vDSO bytes back
   vdso show    --pid P [--json]                         offsets and patch state, read from the process
   vdso now     --pid P [--json]                         call the process's clock_gettime and compare
+  vdso tree    --pid P                                  list P and its descendants, one pid a line
 
 LD_PRELOAD shim control file (C programs):
   file set   [--path F] [--realtime D] [--monotonic D] [--realtime-ppm N] [--monotonic-ppm N]
@@ -254,8 +255,20 @@ func (h *helper) vdso(ctx context.Context, op string, args []string) error {
 		f, err = h.parse("vdso", op, args, "pid", "timeout")
 	case "show", "now":
 		f, err = h.parse("vdso", op, args, "pid", "json", "timeout")
+	case "tree":
+		if f, err = h.parse("vdso", op, args, "pid"); err != nil {
+			return err
+		}
+		pids, err := Tree(f.pid)
+		if err != nil {
+			return err
+		}
+		for _, p := range pids {
+			fmt.Fprintln(h.stdout, p)
+		}
+		return nil
 	default:
-		return usageErr("unknown vdso operation %q (want inject, set, reset, restore, show or now)", op)
+		return usageErr("unknown vdso operation %q (want inject, set, reset, restore, show, now or tree)", op)
 	}
 	if err != nil {
 		return err

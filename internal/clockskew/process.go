@@ -67,6 +67,48 @@ type Process struct {
 	shim      *Shim // nil: vDSO
 	tolerance time.Duration
 	touch     func(runtime.Node, bool)
+	// tree: the vDSO of every descendant of PID 1 too.
+	tree bool
+}
+
+// WithDescendants makes p skew, observe and reset, by vDSO injection, the
+// node's main process and every process it started, found anew at each
+// step: a client agent and its lock client's adapter (a Python or JVM
+// process reading the clock through libc, which calls the vDSO). It
+// returns p; call it before p is in use.
+func (p *Process) WithDescendants() *Process {
+	p.tree = true
+	return p
+}
+
+// pids are the processes a vDSO step applies to: PID 1, and with
+// WithDescendants those it started.
+func (p *Process) pids(ctx context.Context) ([]string, error) {
+	if !p.tree {
+		return []string{"1"}, nil
+	}
+	out, err := p.helper(ctx, "vdso", "tree", "--pid", "1")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Fields(string(out)), nil
+}
+
+// eachPid runs f for every process of p.
+func (p *Process) eachPid(ctx context.Context, f func(pid string) error) error {
+	pids, err := p.pids(ctx)
+	if err != nil {
+		return err
+	}
+	for _, pid := range pids {
+		if err := f(pid); err != nil {
+			if pid != "1" {
+				return fmt.Errorf("process %s: %w", pid, err)
+			}
+			return err
+		}
+	}
+	return nil
 }
 
 // NewProcess returns the clock of n's main process: through shim when it
@@ -149,8 +191,11 @@ func (p *Process) Set(ctx context.Context, o Offsets) error {
 		_, err = p.helper(ctx, "file", "set", "--path", p.shim.controlPath(),
 			"--realtime", durArg(o.Realtime), "--monotonic", durArg(o.Monotonic))
 	} else {
-		_, err = p.helper(ctx, "vdso", "inject", "--pid", "1",
-			"--realtime", durArg(o.Realtime), "--monotonic", durArg(o.Monotonic))
+		err = p.eachPid(ctx, func(pid string) error {
+			_, err := p.helper(ctx, "vdso", "inject", "--pid", pid,
+				"--realtime", durArg(o.Realtime), "--monotonic", durArg(o.Monotonic))
+			return err
+		})
 	}
 	if err != nil {
 		return fmt.Errorf("skew clock of %s by %s: %w", p.node.Name(), o, err)
@@ -165,8 +210,18 @@ func (p *Process) Flip(ctx context.Context, o Offsets) error {
 	if p.shim != nil {
 		return p.Set(ctx, o)
 	}
-	if _, err := p.helper(ctx, "vdso", "set", "--pid", "1",
-		"--realtime", durArg(o.Realtime), "--monotonic", durArg(o.Monotonic)); err != nil {
+	err := p.eachPid(ctx, func(pid string) error {
+		_, err := p.helper(ctx, "vdso", "set", "--pid", pid,
+			"--realtime", durArg(o.Realtime), "--monotonic", durArg(o.Monotonic))
+		if err != nil && pid != "1" {
+			// A process started since the last change (a restarted
+			// adapter) is not injected yet.
+			_, err = p.helper(ctx, "vdso", "inject", "--pid", pid,
+				"--realtime", durArg(o.Realtime), "--monotonic", durArg(o.Monotonic))
+		}
+		return err
+	})
+	if err != nil {
 		return fmt.Errorf("change clock of %s to %s: %w", p.node.Name(), o, err)
 	}
 	return nil
@@ -204,7 +259,12 @@ func (p *Process) observe(ctx context.Context) (Observation, error) {
 		// microseconds); a microsecond more covers it.
 		return Observation{Realtime: got.Sub(mid), Uncertainty: half + time.Microsecond}, nil
 	}
-	out, err := p.helper(ctx, "vdso", "now", "--pid", "1", "--json")
+	return p.observePid(ctx, "1")
+}
+
+// observePid observes one process by vDSO (see observe).
+func (p *Process) observePid(ctx context.Context, pid string) (Observation, error) {
+	out, err := p.helper(ctx, "vdso", "now", "--pid", pid, "--json")
 	if err != nil {
 		return Observation{}, fmt.Errorf("observe clock of %s: %w", p.node.Name(), err)
 	}
@@ -227,22 +287,41 @@ var ErrNotVerified = errors.New("process's clock is not at the offset set")
 // Verify observes the process and checks that its clocks are off by want
 // (within the tolerance plus the observation's uncertainty).
 func (p *Process) Verify(ctx context.Context, want Offsets) (Observation, error) {
+	if p.tree && p.shim == nil {
+		var first Observation
+		err := p.eachPid(ctx, func(pid string) error {
+			obs, err := p.observePid(ctx, pid)
+			if err == nil {
+				err = p.verified(obs, want)
+			}
+			if pid == "1" {
+				first = obs
+			}
+			return err
+		})
+		return first, err
+	}
 	obs, err := p.observe(ctx)
 	if err != nil {
 		return obs, err
 	}
+	return obs, p.verified(obs, want)
+}
+
+// verified checks one observation against the offsets wanted.
+func (p *Process) verified(obs Observation, want Offsets) error {
 	tol := p.tolerance + obs.Uncertainty
 	if d := obs.Realtime - want.Realtime; d.Abs() > tol {
-		return obs, fmt.Errorf("%s: CLOCK_REALTIME is off by %s, want %s (±%s): %w",
+		return fmt.Errorf("%s: CLOCK_REALTIME is off by %s, want %s (±%s): %w",
 			p.node.Name(), signed(obs.Realtime.Round(time.Millisecond)), signed(want.Realtime), tol.Round(time.Millisecond), ErrNotVerified)
 	}
 	if obs.HasMonotonic {
 		if d := obs.Monotonic - want.Monotonic; d.Abs() > tol {
-			return obs, fmt.Errorf("%s: CLOCK_MONOTONIC is off by %s, want %s (±%s): %w",
+			return fmt.Errorf("%s: CLOCK_MONOTONIC is off by %s, want %s (±%s): %w",
 				p.node.Name(), signed(obs.Monotonic.Round(time.Millisecond)), signed(want.Monotonic), tol.Round(time.Millisecond), ErrNotVerified)
 		}
 	}
-	return obs, nil
+	return nil
 }
 
 // statusJSON is the part of `clock vdso show --json` ([skewStatus]) read here.
@@ -251,8 +330,8 @@ type statusJSON struct {
 	Patched  []string `json:"patched"`
 }
 
-func (p *Process) show(ctx context.Context) (statusJSON, error) {
-	out, err := p.helper(ctx, "vdso", "show", "--pid", "1", "--json")
+func (p *Process) show(ctx context.Context, pid string) (statusJSON, error) {
+	out, err := p.helper(ctx, "vdso", "show", "--pid", pid, "--json")
 	if err != nil {
 		return statusJSON{}, err
 	}
@@ -284,24 +363,32 @@ func (p *Process) reset(ctx context.Context) error {
 		_, err := p.Verify(ctx, Offsets{})
 		return err
 	}
-	st, err := p.show(ctx)
+	return p.eachPid(ctx, func(pid string) error { return p.resetPid(ctx, pid) })
+}
+
+// resetPid restores one process's vDSO (see reset).
+func (p *Process) resetPid(ctx context.Context, pid string) error {
+	st, err := p.show(ctx, pid)
 	if err != nil {
 		return err
 	}
 	if !st.Injected {
 		return nil // never injected: its vDSO is the kernel's
 	}
-	if _, err := p.helper(ctx, "vdso", "restore", "--pid", "1"); err != nil {
+	if _, err := p.helper(ctx, "vdso", "restore", "--pid", pid); err != nil {
 		return err
 	}
-	if st, err = p.show(ctx); err != nil {
+	if st, err = p.show(ctx, pid); err != nil {
 		return err
 	}
 	if len(st.Patched) > 0 {
 		return fmt.Errorf("vDSO still patched after restore: %s", strings.Join(st.Patched, " "))
 	}
-	_, err = p.Verify(ctx, Offsets{})
-	return err
+	obs, err := p.observePid(ctx, pid)
+	if err != nil {
+		return err
+	}
+	return p.verified(obs, Offsets{})
 }
 
 // ErrCannotSkew reports a process the clock nemesis cannot skew; the
@@ -337,12 +424,18 @@ func (p *Process) checkVDSO(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
-	st, err := p.show(ctx)
+	err = p.eachPid(ctx, func(pid string) error {
+		st, err := p.show(ctx, pid)
+		if err != nil {
+			return err
+		}
+		if !st.Injected || !slices.Contains(st.Patched, "__vdso_clock_gettime") {
+			return fmt.Errorf("injection left the vDSO unpatched (patched: %v)", st.Patched)
+		}
+		return nil
+	})
 	if err != nil {
 		return err
-	}
-	if !st.Injected || !slices.Contains(st.Patched, "__vdso_clock_gettime") {
-		return fmt.Errorf("injection left the vDSO unpatched (patched: %v)", st.Patched)
 	}
 	if _, err := p.Verify(ctx, Offsets{}); err != nil {
 		return err

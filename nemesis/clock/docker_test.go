@@ -22,6 +22,7 @@ import (
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/redis"
+	"github.com/splitbrain/splitbrain/targets/redis/redispy"
 )
 
 // TestClockInContainers skews, inside real containers, a Go program (the
@@ -184,4 +185,90 @@ func TestClockInContainers(t *testing.T) {
 		t.Fatal(err)
 	}
 	hostUnskewed()
+}
+
+// TestClockReachesAdapters measures that a clock fault on a client reaches
+// the lock client's adapter, a Python process its main process started:
+// Python's time.time() inside the container reads the offset (compared
+// with the engine's timestamps of the lines it prints), and true time
+// again after the reset.
+func TestClockReachesAdapters(t *testing.T) {
+	cli := testenv.Docker(t)
+	imgs := testenv.Images(t, cli, redispy.Role)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("k%d", time.Now().UnixNano()%1e9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	// PID 1 starts the "adapter", which prints time.time() ten times a
+	// second.
+	n, err := rt.Start(ctx, runtime.NodeSpec{
+		Name: "c1", Role: runtime.RoleClient, Image: imgs[redispy.Role], Group: true,
+		Cmd: []string{"sh", "-c", `python3 -u -c 'import time
+while True:
+    print("py", repr(time.time()))
+    time.sleep(0.1)' & exec sleep infinity`},
+		Caps: []string{runtime.CapSysPtrace},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// skew reads the adapter's lines since since and returns their mean
+	// offset from the engine's timestamps.
+	skew := func(since time.Time) time.Duration {
+		t.Helper()
+		var b strings.Builder
+		if err := n.Logs(ctx, &b); err != nil {
+			t.Fatal(err)
+		}
+		var sum time.Duration
+		count := 0
+		for _, line := range strings.Split(b.String(), "\n") {
+			f := strings.Fields(line)
+			if len(f) != 3 || f[1] != "py" {
+				continue
+			}
+			at, err1 := time.Parse(time.RFC3339Nano, f[0])
+			py, err2 := strconv.ParseFloat(f[2], 64)
+			if err1 != nil || err2 != nil || at.Before(since) {
+				continue
+			}
+			sum += time.Unix(0, int64(py*1e9)).Sub(at)
+			count++
+		}
+		if count == 0 {
+			t.Fatal("the adapter printed nothing")
+		}
+		return sum / time.Duration(count)
+	}
+	time.Sleep(time.Second)
+	if d := skew(time.Time{}); d.Abs() > 300*time.Millisecond {
+		t.Fatalf("python reads %v before any skew", d)
+	}
+	nm := &clock.Nemesis{}
+	p := nm.Process(n)
+	const offset = 30 * time.Second
+	if err := p.Set(ctx, clockskew.Offsets{Realtime: offset}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Verify(ctx, clockskew.Offsets{Realtime: offset}); err != nil {
+		t.Fatal(err)
+	}
+	set := time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	got := skew(set.Add(300 * time.Millisecond))
+	t.Logf("python's time.time() in the skewed client reads %v off true time (set: %v)", got.Round(time.Millisecond), offset)
+	if (got - offset).Abs() > 300*time.Millisecond {
+		t.Fatalf("python reads %v, want %v", got, offset)
+	}
+	if err := p.Reset(ctx); err != nil {
+		t.Fatal(err)
+	}
+	reset := time.Now()
+	time.Sleep(1500 * time.Millisecond)
+	if got := skew(reset.Add(300 * time.Millisecond)); got.Abs() > 300*time.Millisecond {
+		t.Fatalf("after the reset python reads %v", got)
+	}
 }

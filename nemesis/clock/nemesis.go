@@ -250,7 +250,14 @@ func (nm *Nemesis) Process(n runtime.Node) *clockskew.Process {
 	if s, ok := nm.Shims[n.Role()]; ok {
 		shim = &s
 	}
-	return clockskew.NewProcess(n, shim, nm.Tolerance).OnSkew(nm.touch)
+	p := clockskew.NewProcess(n, shim, nm.Tolerance).OnSkew(nm.touch)
+	if n.Role() == runtime.RoleClient {
+		// A client agent's lock client may run as a process it started
+		// (an adapter in Python, on a JVM): its clock moves with the
+		// agent's.
+		p.WithDescendants()
+	}
+	return p
 }
 
 func (nm *Nemesis) touch(n runtime.Node, skewed bool) {

@@ -5,7 +5,8 @@
 // container and the network carry the run's labels, so [Clean] can find
 // what a crashed run left behind. A node's main process is the container's
 // PID 1, so signals sent with ContainerKill reach it directly (SIGSTOP
-// freezes a lock holder). An interactive node's console, the control
+// freezes a lock holder); a node whose main process starts others (a
+// client agent and its adapter) is frozen whole with the cgroup freezer. An interactive node's console, the control
 // channel that the run's network faults never cut, is either a Unix socket
 // in a host directory bind-mounted into the container ([ControlSocket]:
 // the harness talks to the process directly) or the container's attached
@@ -542,10 +543,51 @@ func (n *Node) Exec(ctx context.Context, argv []string) (runtime.ExecResult, err
 	return res, nil
 }
 
-// Signal implements runtime.Node.
+// Signal implements runtime.Node. For a node started with
+// runtime.NodeSpec.Group, SIGSTOP freezes the whole container with the
+// cgroup freezer (every process and thread at once: the agent and its
+// adapter) and SIGCONT thaws it, checking that it no longer is frozen.
 func (n *Node) Signal(ctx context.Context, sig syscall.Signal) error {
+	if n.spec.Group {
+		switch sig {
+		case syscall.SIGSTOP:
+			if err := n.rt.cli.ContainerPause(ctx, n.id); err != nil {
+				return fmt.Errorf("freeze %s: %w", n.name, err)
+			}
+			return nil
+		case syscall.SIGCONT:
+			return n.thaw(ctx)
+		}
+	}
 	if err := n.rt.cli.ContainerKill(ctx, n.id, signalName(sig)); err != nil {
 		return fmt.Errorf("signal %s %v: %w", n.name, sig, err)
+	}
+	return nil
+}
+
+// thaw resumes a frozen container (and a main process stopped by SIGSTOP)
+// and verifies that it runs.
+func (n *Node) thaw(ctx context.Context) error {
+	insp, err := n.rt.cli.ContainerInspect(ctx, n.id)
+	if err != nil {
+		return fmt.Errorf("thaw %s: %w", n.name, err)
+	}
+	if insp.State == nil || !insp.State.Running {
+		return nil // a stopped container has nothing to resume
+	}
+	if insp.State.Paused {
+		if err := n.rt.cli.ContainerUnpause(ctx, n.id); err != nil {
+			return fmt.Errorf("thaw %s: %w", n.name, err)
+		}
+		if insp, err = n.rt.cli.ContainerInspect(ctx, n.id); err != nil {
+			return fmt.Errorf("thaw %s: %w", n.name, err)
+		}
+		if insp.State != nil && insp.State.Paused {
+			return fmt.Errorf("thaw %s: the container is still frozen after unpause", n.name)
+		}
+	}
+	if err := n.rt.cli.ContainerKill(ctx, n.id, signalName(syscall.SIGCONT)); err != nil && !cerrdefs.IsConflict(err) {
+		return fmt.Errorf("signal %s SIGCONT: %w", n.name, err)
 	}
 	return nil
 }

@@ -329,3 +329,61 @@ func TestMissingImageIsClear(t *testing.T) {
 		t.Fatalf("missing image: %v", err)
 	}
 }
+
+// TestGroupFreeze: a node started with Group is frozen whole by SIGSTOP —
+// a child of its main process stops ticking too — and thawed by SIGCONT,
+// which checks that it runs again.
+func TestGroupFreeze(t *testing.T) {
+	cli := testenv.Docker(t)
+	img := testenv.Images(t, cli, images.RoleClient)[images.RoleClient]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	runID := fmt.Sprintf("t%d", time.Now().UnixNano()%1e9)
+	rt, err := docker.New(ctx, cli, docker.Options{RunID: runID, Control: docker.ControlAttach})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close(context.Background()) })
+	// The main process (PID 1) starts a child that prints a line every
+	// 20 ms: the adapter of a client agent.
+	n, err := rt.Start(ctx, runtime.NodeSpec{Name: "g", Role: "test", Image: img, Group: true,
+		Cmd: []string{"sh", "-c", "(while :; do echo tick; sleep 0.02; done) & exec sleep infinity"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticks := func() int {
+		var b strings.Builder
+		if err := n.Logs(ctx, &b); err != nil {
+			t.Fatal(err)
+		}
+		return strings.Count(b.String(), "tick")
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := n.Signal(ctx, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // lines written just before the freeze land
+	frozen := ticks()
+	time.Sleep(500 * time.Millisecond)
+	if got := ticks(); got != frozen {
+		t.Fatalf("the child ticked %d times while its node was frozen", got-frozen)
+	}
+	if _, err := n.Exec(ctx, []string{"true"}); err == nil {
+		t.Log("exec into a frozen container succeeded (the engine allows it)")
+	}
+	if err := n.Signal(ctx, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if got := ticks(); got <= frozen {
+		t.Fatalf("the child did not tick again after the thaw (%d ticks)", got)
+	}
+	if st := procState(t, ctx, n); strings.Contains(st, "stopped") {
+		t.Fatalf("main process after thaw: %s", st)
+	}
+	// A second SIGCONT (the harness resumes every node at the end) is
+	// harmless.
+	if err := n.Signal(ctx, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+}

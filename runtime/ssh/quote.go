@@ -99,6 +99,21 @@ exec "$@" 2>>"$log"`
 	// signalScript sends signal $1 (a name) to process $2.
 	signalScript = `kill -s "$1" "$2"`
 
+	// groupSignalScript sends signal $1 (a name) to process $2 and every
+	// descendant of it, parents first; after CONT it checks that none of
+	// them is still stopped.
+	groupSignalScript = `sig=$1; pids=$2; todo=$2
+while [ -n "$todo" ]; do
+  next=""
+  for p in $todo; do next="$next $(pgrep -P "$p" | tr '\n' ' ')"; done
+  todo=$(echo $next); pids="$pids $todo"
+done
+kill -s "$sig" $pids || exit 1
+[ "$sig" = CONT ] || exit 0
+for p in $pids; do
+  if grep -q '^State:[[:space:]]*T' "/proc/$p/status" 2>/dev/null; then echo "process $p is still stopped after SIGCONT" >&2; exit 1; fi
+done`
+
 	// uploadScript writes stdin to $1 through a temporary file, sets mode
 	// $2 and prints the file's SHA-256.
 	uploadScript = `set -e

@@ -894,7 +894,9 @@ func (n *Node) Upload(ctx context.Context, r io.Reader, dst string, mode os.File
 	return n.rt.uploadTo(ctx, n.h, r, n.rewriteArg(dst), mode)
 }
 
-// Signal implements runtime.Node: `kill -s` to the main process.
+// Signal implements runtime.Node: `kill -s` to the main process; for a
+// node started with runtime.NodeSpec.Group, SIGSTOP and SIGCONT go to its
+// descendants too, and resuming is verified.
 func (n *Node) Signal(ctx context.Context, sig syscall.Signal) error {
 	pid := n.Pid()
 	if pid == 0 {
@@ -906,7 +908,11 @@ func (n *Node) Signal(ctx context.Context, sig syscall.Signal) error {
 	}
 	ctx, cancel := n.timeout(ctx)
 	defer cancel()
-	if _, err := n.h.conn.output(ctx, n.h.privileged(shArgv(signalScript, name, strconv.Itoa(pid))), nil); err != nil {
+	script := signalScript
+	if n.spec.Group && (sig == syscall.SIGSTOP || sig == syscall.SIGCONT) {
+		script = groupSignalScript // the agent's adapter too
+	}
+	if _, err := n.h.conn.output(ctx, n.h.privileged(shArgv(script, name, strconv.Itoa(pid))), nil); err != nil {
 		return fmt.Errorf("signal %s %v: %w", n.Name(), sig, err)
 	}
 	return nil

@@ -331,3 +331,17 @@ func (s *lease) Release(ctx context.Context) error {
 	}
 	return nil
 }
+
+// WaitReady waits until the Redis server in n answers PING (backends that
+// run several Redis nodes use it).
+func WaitReady(ctx context.Context, n runtime.Node) error { return waitReady(ctx, n) }
+
+// NodeCommand is a Redis node's main process with persistence (as
+// CommandFor) under the clock shim.
+func NodeCommand(persistence string) ([]string, error) {
+	c, err := CommandFor(persistence)
+	if err != nil {
+		return nil, err
+	}
+	return clockskew.PreloadCommand(c...), nil
+}

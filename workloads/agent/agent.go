@@ -105,7 +105,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, deps Deps) error {
 				a.send(Response{Type: RespError, Error: err.Error()})
 				continue
 			}
-			a.send(Response{Type: RespReady})
+			a.send(Response{Type: RespReady, Client: a.describe()})
 		case ReqOp:
 			if a.locker == nil || req.Op == nil {
 				a.send(Response{Type: RespError, ID: opID(req.Op), Error: "operation before config"})
@@ -140,6 +140,16 @@ func (a *agent) send(r Response) {
 	if err := a.enc.Encode(r); err != nil {
 		a.deps.Log.Error("agent write", "err", err)
 	}
+}
+
+// describe says what the lock client is, when it can tell by itself (an
+// adapter process, from its handshake); nil otherwise.
+func (a *agent) describe() *targets.ClientInfo {
+	if d, ok := a.locker.(targets.Describer); ok {
+		info := d.Describe()
+		return &info
+	}
+	return nil
 }
 
 func (a *agent) close() {
@@ -213,6 +223,9 @@ func (a *agent) criticalSection(ctx context.Context, op OpRequest) (res Result) 
 		if errors.Is(err, targets.ErrBusy) {
 			kind = history.ErrBusy
 		}
+		if k := targets.ErrorKind(err); k != "" {
+			kind = k // an adapter's own failure: late, garbled, dead
+		}
 		return Result{Type: history.Fail, Error: kind, Message: err.Error(), Wait: a.deps.Mono() - start}
 	}
 	res.AcquiredMono = a.deps.Mono()
@@ -229,6 +242,9 @@ func (a *agent) criticalSection(ctx context.Context, op OpRequest) (res Result) 
 			res.ReleaseError = history.ErrLockUnavailable
 			if errors.Is(err, targets.ErrNotOwner) {
 				res.ReleaseError = "not-owner"
+			}
+			if k := targets.ErrorKind(err); k != "" {
+				res.ReleaseError = k
 			}
 		}
 		if rc, ok := lease.(targets.RenewCounter); ok {

@@ -95,6 +95,9 @@ type Response struct {
 	Result *Result `json:"result,omitempty"`
 	// Error reports a protocol or setup failure.
 	Error string `json:"error,omitempty"`
+	// Client, on ready, says what the lock client is when the agent
+	// learnt it at run time (an adapter's handshake).
+	Client *targets.ClientInfo `json:"client,omitempty"`
 }
 
 // Result is an operation's outcome.

@@ -1,0 +1,262 @@
+package harness
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/images"
+	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/external"
+	"github.com/splitbrain/splitbrain/workloads"
+)
+
+// Client is the lock client a run's agents use: a registered recipe (the
+// target's own, or a library chosen with --client), or an adapter the user
+// brings, run through the client protocol.
+type Client struct {
+	// Recipe is the registered recipe; its Kind is external.Kind for a
+	// client the user brings.
+	Recipe targets.Recipe
+	// Command is the adapter's command line of a client the user brings.
+	Command string
+	// Role is the image role of the client nodes.
+	Role string
+	// Files and Packages are what a user's client adds to the client
+	// image.
+	Files    []images.File
+	Packages []string
+	// unregistered: the backend's own recipe is not in the registry
+	// (a backend only the caller's Deps.Backends knows).
+	unregistered bool
+}
+
+// External says the client is one the user brings.
+func (c Client) External() bool { return c.Command != "" }
+
+// Info is what is known of the client before the agents start: the
+// registration of a recipe; for a client the user brings, its command (the
+// rest comes from its handshake).
+func (c Client) Info() targets.ClientInfo {
+	if c.External() {
+		return targets.ClientInfo{Recipe: external.Kind, Command: c.Command}
+	}
+	return c.Recipe.Info()
+}
+
+// NoTokenRefusal is the one line that refuses a fenced workload for a
+// client that gives no fencing token.
+func NoTokenRefusal(client string) error {
+	return BadInput("--workload %s needs a fencing token, and client %s gives none: fence at the store instead, with a version check on the write (--store postgres in its version-check mode), or choose a client that gives tokens", workloads.FencedCounter, client)
+}
+
+// looksLikeCommand says whether --client's value, when it names no
+// registered client, is a command line rather than a misspelt name.
+func looksLikeCommand(s string) bool { return strings.ContainsAny(s, " /.") }
+
+// clientLabel is --client's value in a results directory's name: the
+// client's name, or "external" for a command line.
+func clientLabel(s string) string {
+	if _, err := targets.LookupRecipe(s); err == nil || !looksLikeCommand(s) {
+		return s
+	}
+	return external.Kind
+}
+
+// ResolveClient says which client a run of c on backend b uses. Its errors
+// are bad input naming the fix.
+func (c Config) ResolveClient(b targets.Backend) (Client, error) {
+	if c.Client == "" || c.Client == b.Recipe {
+		if c.ClientFiles != "" || len(c.ClientPackages) > 0 {
+			return Client{}, BadInput("--client-files and --client-packages go with --client CMD, the command line of your own adapter")
+		}
+		r, err := b.RunRecipe()
+		if err != nil {
+			// A backend resolved by the caller (Deps.Backends) whose
+			// recipe only its agents know: what it offers is unknown here.
+			return Client{Recipe: targets.Recipe{Kind: b.Recipe, Backends: []string{b.Name}}, Role: runtime.RoleClient, unregistered: true}, nil
+		}
+		return Client{Recipe: r, Role: r.ClientRole()}, nil
+	}
+	if r, err := targets.LookupRecipe(c.Client); err == nil {
+		if !r.Serves(b.Name) {
+			return Client{}, BadInput("--client %s does not serve target %s (it serves %s; clients of %s: %s)",
+				r.Kind, b.Name, strings.Join(r.Backends, ", "), b.Name, strings.Join(ClientNames(b), ", "))
+		}
+		if c.ClientFiles != "" || len(c.ClientPackages) > 0 {
+			return Client{}, BadInput("--client-files and --client-packages go with --client CMD, the command line of your own adapter, not with the library %s", r.Kind)
+		}
+		return Client{Recipe: r, Role: r.ClientRole()}, nil
+	}
+	if !looksLikeCommand(c.Client) {
+		return Client{}, BadInput("--client %q: no such client for target %s (known: %s); to bring your own adapter, give its command line, e.g. --client 'python3 my_lock.py' --client-files ./my-client/",
+			c.Client, b.Name, strings.Join(ClientNames(b), ", "))
+	}
+	cl := Client{Recipe: targets.Recipe{Kind: external.Kind, Backends: []string{b.Name}}, Command: c.Client, Role: runtime.RoleClient,
+		Packages: slices.Clone(c.ClientPackages)}
+	for _, p := range cl.Packages {
+		if p == "" || strings.ContainsAny(p, " \t'\"$;&|<>`\\") {
+			return Client{}, BadInput("--client-packages: %q is not a Debian package name", p)
+		}
+	}
+	if c.ClientFiles != "" {
+		files, err := clientFiles(c.ClientFiles)
+		if err != nil {
+			return Client{}, err
+		}
+		cl.Files = files
+	}
+	if len(cl.Files)+len(cl.Packages) > 0 {
+		cl.Role = userClientRole(cl)
+	}
+	return cl, nil
+}
+
+// ClientNames lists the clients that serve backend b: its own recipe first.
+func ClientNames(b targets.Backend) []string {
+	out := []string{b.Recipe}
+	for _, r := range targets.RecipesFor(b.Name) {
+		if r.Kind != b.Recipe {
+			out = append(out, r.Kind)
+		}
+	}
+	return out
+}
+
+// clientFiles lists the regular files under dir as files of the client
+// image, each at its relative path under external.ClientDir, keeping its
+// mode.
+func clientFiles(dir string) ([]images.File, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, BadInput("--client-files %s: %v", dir, err)
+	}
+	var out []images.File
+	err = filepath.WalkDir(abs, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if strings.HasPrefix(d.Name(), ".") && path != abs || d.Name() == "__pycache__" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(abs, path)
+		out = append(out, images.File{
+			Name: fmt.Sprintf("client-files/%d-%s", len(out), filepath.Base(rel)),
+			Dest: external.ClientDir + "/" + filepath.ToSlash(rel),
+			Mode: int64(info.Mode().Perm()),
+			Make: func(context.Context, *images.Builder) (string, error) { return path, nil },
+		})
+		return nil
+	})
+	if err != nil {
+		return nil, BadInput("--client-files %s: %v", dir, err)
+	}
+	if len(out) == 0 {
+		return nil, BadInput("--client-files %s holds no files", dir)
+	}
+	return out, nil
+}
+
+// userClientRole names the image role of a client the user brings, by a
+// hash of what goes into it besides the files' bytes (which the image's tag
+// hashes): its packages and the files' places.
+func userClientRole(cl Client) string {
+	h := sha256.New()
+	for _, p := range cl.Packages {
+		fmt.Fprintf(h, "pkg %s\n", p)
+	}
+	for _, f := range cl.Files {
+		fmt.Fprintf(h, "file %s %s %o\n", f.Name, f.Dest, f.Mode)
+	}
+	return runtime.RoleClient + "-user-" + hex.EncodeToString(h.Sum(nil))[:10]
+}
+
+// registerImage makes a user's client image buildable.
+func (cl Client) registerImage() {
+	if cl.Role != runtime.RoleClient && cl.External() {
+		images.Register(images.Role{Name: cl.Role, Packages: cl.Packages, Files: cl.Files})
+	}
+}
+
+// checkClient checks the run's options against its client: the recipe
+// options it takes (a client the user brings checks its own, at its
+// handshake) and a fenced workload, which needs a client that gives tokens.
+func (c Config) checkClient(b targets.Backend, cl Client) error {
+	if cl.unregistered {
+		if err := b.CheckOptions(c.RecipeOptions); err != nil {
+			return BadInput("--recipe-opt: %v", err)
+		}
+		return nil
+	}
+	if !cl.External() {
+		if err := b.CheckOptionsWith(cl.Recipe, c.RecipeOptions); err != nil {
+			return BadInput("--recipe-opt: %v", err)
+		}
+		if c.Workload == workloads.FencedCounter && !cl.Recipe.Fencing {
+			return NoTokenRefusal(cl.Recipe.Kind)
+		}
+	}
+	return nil
+}
+
+// recipeConfig is what the agents get: the cluster's recipe configuration
+// with the client's kind, the backend's name and, for a client the user
+// brings, its command. An adapter gets only the options that are not the
+// backend's own (it refuses options it does not know).
+func (cl Client) recipeConfig(rc targets.RecipeConfig, b targets.Backend) targets.RecipeConfig {
+	rc.Kind, rc.Backend, rc.Command = cl.Recipe.Kind, b.Name, cl.Command
+	if cl.External() || cl.Recipe.Adapter != "" {
+		opts := map[string]string{}
+		for k, v := range rc.Options {
+			if !slices.ContainsFunc(b.Options, func(o targets.Option) bool { return o.Name == k }) {
+				opts[k] = v
+			}
+		}
+		rc.Options = opts
+		if len(opts) == 0 {
+			rc.Options = nil
+		}
+	}
+	return rc
+}
+
+// learnClient completes results.json's client from what the agents'
+// clients said of themselves in their handshake (an adapter's library,
+// version and offers), and refuses a fenced workload when the client gives
+// no token.
+func (r *run) learnClient(cl Client) error {
+	for _, c := range r.clients {
+		said := c.ClientInfo()
+		if said == nil {
+			continue
+		}
+		info := *said
+		info.Recipe = cl.Recipe.Kind
+		r.res.Client = &info
+		break
+	}
+	if r.cfg.Workload == workloads.FencedCounter && r.res.Client != nil && !r.res.Client.Fencing {
+		name := r.res.Client.Library
+		if name == "" {
+			name = r.cfg.Client
+		}
+		return NoTokenRefusal(name)
+	}
+	return nil
+}

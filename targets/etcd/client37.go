@@ -1,0 +1,43 @@
+package etcd
+
+import (
+	"github.com/splitbrain/splitbrain/runtime/images"
+	"github.com/splitbrain/splitbrain/targets"
+)
+
+// Client37 is the recipe kind of the etcd v3.7 client's Mutex.
+const Client37 = "etcd-v3.7"
+
+// Client37Dir is the module that builds the etcd v3.7 client adapter,
+// relative to the repository: its go.mod pins go.etcd.io/etcd/client/v3
+// v3.7.3 beside the v3.6 that splitbrain itself is built with (one build
+// holds one version of a module).
+const Client37Dir = "targets/etcd/client37"
+
+// Client37Binary is the adapter in its client image.
+const Client37Binary = "/usr/local/bin/etcd-v3.7-lock"
+
+// Client37Version is the client release its go.mod pins.
+const Client37Version = "v3.7.3"
+
+func init() {
+	targets.RegisterRecipe(targets.Recipe{
+		Kind:     Client37,
+		Backends: []string{Name},
+		Title:    "etcd clientv3/concurrency Mutex at v3.7, a static adapter built from its own module",
+		Library:  ClientLibrary + "/concurrency",
+		Version:  Client37Version,
+		// The token is the create revision of the mutex's key; the
+		// session's lease is kept alive by the library; Unlock deletes
+		// the key named by the session's lease, never another session's.
+		Fencing: true, CheckedRelease: true, Renews: true,
+		Options: []targets.Option{
+			{Name: "endpoints", Values: []string{"pinned", "all"}, Doc: "pinned: client cN talks to member N only; all: to every member"},
+			{Name: "unlock", Values: []string{"once", "retry"}, Doc: "retry: a failed Unlock is retried in the background with the same Mutex (etcd issue 22082)"},
+			{Name: "unlock-timeout", Doc: "the application's own timeout on Unlock, a duration (default: the release's deadline)"},
+			{Name: "unlock-retry-delay", Doc: "the wait before each retried Unlock, a duration (default 300ms)"},
+		},
+		Files:   []images.File{images.GoBinary("etcd-v3.7-lock", Client37Dir, ".", Client37Binary)},
+		Adapter: "exec " + Client37Binary,
+	})
+}

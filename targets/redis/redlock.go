@@ -1,0 +1,127 @@
+// The Redlock backend: five independent Redis masters,
+// no replication, no persistence, each in its own node (the redis role's
+// image, its clock skewed through the LD_PRELOAD shim like the single
+// Redis). A client holds a lock when it took it on a majority (three) of
+// them within the lock's validity; its default client is redsync's
+// Redlock.
+//
+// Redlock rests on timing assumptions the lock-safety brief lists: bounded
+// clock drift between the masters, bounded network delay, and a crashed
+// master staying down for longer than a TTL before it serves again. The
+// known-bugs scenarios break the first (the clocks of a majority jump
+// forward) and the last (a master is killed and restarted at once, empty).
+
+package redis
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/targets"
+)
+
+// RedlockName is the Redlock backend's name.
+const RedlockName = "redlock"
+
+// RedlockRecipe is its default client: redsync's Redlock (package
+// targets/redis/redsync).
+const RedlockRecipe = "redsync"
+
+// Masters is the number of independent Redis masters.
+const Masters = 5
+
+func init() {
+	targets.Register(targets.Backend{
+		Name:   RedlockName,
+		Title:  "Redlock: 5 independent Redis masters, a lock on a majority",
+		Target: RedlockTarget{},
+		Roles:  []targets.Role{NodeRole},
+		Size:   Masters,
+		Recipe: RedlockRecipe,
+		// A killed master without persistence forgets its locks (the
+		// delayed-restart assumption of Redlock is then all that holds).
+		DurableWith: map[string]string{"persistence": "aof-always"},
+		Options: []targets.Option{
+			{Name: "persistence", Values: []string{"none", "aof-always", "aof-everysec"},
+				Doc: "none: a killed master forgets its locks; aof-always: append-only file fsynced before every reply; aof-everysec: fsynced once a second"},
+		},
+	})
+}
+
+// RedlockTarget is the Redlock backend.
+type RedlockTarget struct{}
+
+var _ targets.Target = RedlockTarget{}
+
+// Start implements targets.Target: it starts the masters together and
+// waits until each answers PING. They run under the clock shim and need no
+// extra capability to be skewed (opts.ExtraCaps is ignored).
+func (RedlockTarget) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
+	cmd, err := NodeCommand(opts.RecipeOptions["persistence"])
+	if err != nil {
+		return nil, err
+	}
+	names, _, err := targets.ReserveMembers(rt, Masters)
+	if err != nil {
+		return nil, err
+	}
+	nodes, err := targets.StartMembers(ctx, rt, names, func(name string) runtime.NodeSpec {
+		return runtime.NodeSpec{
+			Name: name, Role: Role, Image: opts.Images[Role], Cmd: cmd,
+			Caps: []string{runtime.CapNetAdmin},
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	errs := make([]error, len(nodes))
+	done := make(chan int, len(nodes))
+	for i, n := range nodes {
+		go func() { errs[i] = waitReady(ctx, n); done <- i }()
+	}
+	for range nodes {
+		<-done
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return &redlockCluster{nodes: nodes, ttl: opts.TTL, opts: opts.RecipeOptions}, nil
+}
+
+type redlockCluster struct {
+	nodes []runtime.Node
+	ttl   time.Duration
+	opts  map[string]string
+}
+
+var _ targets.Cluster = (*redlockCluster)(nil)
+
+func (c *redlockCluster) Nodes() []runtime.Node { return c.nodes }
+
+func (c *redlockCluster) Recipe() targets.RecipeConfig {
+	eps := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		eps[i] = net.JoinHostPort(n.Addr().String(), strconv.Itoa(Port))
+	}
+	return targets.RecipeConfig{Kind: RedlockRecipe, Backend: RedlockName, Endpoints: eps, TTL: targets.Duration(c.ttl), Options: c.opts}
+}
+
+func (c *redlockCluster) Versions(ctx context.Context) map[string]string {
+	out, err := runtime.Run(ctx, c.nodes[0], "redis-server", "--version")
+	if err != nil {
+		return map[string]string{"redis": "unknown"}
+	}
+	for _, f := range strings.Fields(string(out)) {
+		if v, ok := strings.CutPrefix(f, "v="); ok {
+			return map[string]string{"redis": v, "masters": fmt.Sprint(len(c.nodes))}
+		}
+	}
+	return map[string]string{"redis": strings.TrimSpace(string(out))}
+}
