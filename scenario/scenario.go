@@ -480,12 +480,18 @@ func Catalogue() []Scenario {
 				// expire the holder's key wherever they land: three
 				// masters within one lease and another client takes a
 				// majority while the first still holds (and writes).
+				// A jump takes about a second to inject and verify under
+				// load: a 25 s hold sees a dozen or more, landing on three
+				// of the five masters or more.
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "clock", 1, 3
-				c.LeaseTTL, c.Work, c.AcquireTimeout = 6*time.Second, 4*time.Second, 8*time.Second
+				c.LeaseTTL, c.Work, c.AcquireTimeout = 30*time.Second, 25*time.Second, 30*time.Second
+				// The harness waits out a whole wait and hold, so that the
+				// second holder's operation is seen whole (not timed out).
+				c.OpTimeout = 70 * time.Second
 				cs := nemesis.SpecOf[*clock.Spec](c.Faults)
 				cs.Targets, cs.Modes, cs.Direction = nemesis.Weights{nemesis.GroupNode: 1}, nemesis.List{clock.ModeBump}, clock.DirForward
-				cs.Min, cs.Max = 7*time.Second, 8*time.Second
-				c.FaultMin, c.FaultMax, c.NemesisInterval = 200*time.Millisecond, 400*time.Millisecond, 400*time.Millisecond
+				cs.Min, cs.Max = 31*time.Second, 32*time.Second
+				c.FaultMin, c.FaultMax, c.NemesisInterval = 150*time.Millisecond, 250*time.Millisecond, 200*time.Millisecond
 			},
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinOverlaps: 1},
 		},
@@ -495,8 +501,13 @@ func Catalogue() []Scenario {
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				// Redlock assumes a crashed master stays down longer than
 				// a TTL; here each is back within a second, empty.
+				// A kill and its restart take 3-5 s under load: a 25 s hold
+				// sees about six, on three of the five masters or more.
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "kill", 1, 3
-				c.LeaseTTL, c.Work, c.AcquireTimeout = 10*time.Second, 8*time.Second, 12*time.Second
+				c.LeaseTTL, c.Work, c.AcquireTimeout = 30*time.Second, 25*time.Second, 30*time.Second
+				// The harness waits out a whole wait and hold, so that the
+				// second holder's operation is seen whole (not timed out).
+				c.OpTimeout = 70 * time.Second
 				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = nemesis.Weights{nemesis.GroupNode: 1}
 				c.FaultMin, c.FaultMax, c.NemesisInterval = 100*time.Millisecond, 200*time.Millisecond, 400*time.Millisecond
 				c.RecipeOptions = map[string]string{"persistence": "none"}
