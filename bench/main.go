@@ -6,6 +6,7 @@
 //	go run ./bench checker   # checker throughput, memory, violations, unknowns (no Docker)
 //	go run ./bench record    # harness client loop vs a bare loop against Redis (Docker)
 //	go run ./bench bringup   # 3-node etcd healthy; no-op image build (Docker)
+//	go run ./bench bringup-zk # 3-member ZooKeeper serving, tuned and default JVM flags (Docker)
 //	go run ./bench faults    # nemesis decision to fault in force, per kind (Docker)
 //	go run ./bench detect    # time to the first anomaly under pause, two schedules (Docker, long)
 //
@@ -38,6 +39,7 @@ var subcommands = []subcommand{
 	{name: "checker", help: "checker throughput, peak memory, violations, unknown outcomes (no Docker)", run: runChecker},
 	{name: "record", help: "harness client loop vs a bare loop against Redis, interleaved rounds (Docker)", run: runRecord},
 	{name: "bringup", help: "3-node etcd cluster healthy from container create; no-op image build (Docker)", run: runBringup},
+	{name: "bringup-zk", help: "3-member ZooKeeper serving from container create, tuned and default JVM flags (Docker)", run: runBringupZK},
 	{name: "faults", help: "time from the nemesis decision to the fault in force, per fault kind (Docker)", run: runFaults},
 	{name: "detect", help: "time to the first anomaly under pause over many seeds, two schedules (Docker, long)", run: runDetect},
 	{name: checkerChildCmd, run: runCheckerChild, hidden: true},

@@ -229,6 +229,12 @@ func ClientOption(name, value string) Need {
 	})
 }
 
+// ClientIs needs the run's client to be the library kind: a scenario about
+// one library's known reports (the set names the client).
+func ClientIs(kind string) Need {
+	return ClientNeed("the client "+kind, func(_ targets.Backend, r targets.Recipe) bool { return r.Kind == kind })
+}
+
 // ForgetsOnKill: a lock service that, killed and restarted in its default
 // configuration, forgets its locks and the fencing tokens it gave.
 var ForgetsOnKill = Need{Says: "a lock service that forgets its tokens when killed", Test: func(b targets.Backend) bool { return !b.Durable }}
@@ -541,6 +547,28 @@ func Catalogue() []Scenario {
 				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), MinLateRejected: 1},
+		},
+		// Known reports (the known-bugs set; docs/zookeeper.md has the
+		// sources, versions and what was observed).
+		{
+			Name: "curator-disconnect-two-holders", AntiPattern: KnownBug, Needs: []Need{ClientIs("curator")},
+			Title: "Curator InterProcessMutex: a holder cut from ZooKeeper past its session timeout still holds while another acquires (CURATOR-206)",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "partition", 1, 3
+				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
+				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
+			},
+			Expect: Expect{Valid: verdict(checkers.Invalid), MinOverlaps: 1},
+		},
+		{
+			Name: "curator-session-expiry-race", AntiPattern: KnownBug, Needs: []Need{ClientIs("curator")},
+			Title: "Curator InterProcessMutex: sessions of holders and waiters expire while they are frozen, and the woken holder writes (CURATOR-604)",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "pause", 1, 4
+				nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = nemesis.Weights{nemesis.GroupHolder: 2, nemesis.GroupClient: 1}
+				c.Work, c.NemesisInterval = 300*time.Millisecond, 2*time.Second
+			},
+			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
 	}
 }

@@ -168,6 +168,10 @@ type Recipe struct {
 	// second build of a library), so that no other client carries them.
 	Packages []string
 	Files    []images.File
+	// Build are shell commands run in the build of the recipe's client
+	// image once its packages and files are in place (images.Role.Build):
+	// compiling a Java adapter with javac, say.
+	Build []string
 	// Title says in a few words what the client is, for listings.
 	Title string
 }
@@ -176,7 +180,7 @@ type Recipe struct {
 // "client-<Kind>" when it has packages or files of its own, else the
 // plain client role.
 func (r Recipe) ClientRole() string {
-	if len(r.Packages)+len(r.Files) > 0 {
+	if len(r.Packages)+len(r.Files)+len(r.Build) > 0 {
 		return runtime.RoleClient + "-" + r.Kind
 	}
 	return runtime.RoleClient
@@ -326,7 +330,7 @@ func RegisterRecipe(r Recipe) {
 		panic(fmt.Sprintf("targets: recipe %q registered twice", r.Kind))
 	}
 	if role := r.ClientRole(); role != runtime.RoleClient {
-		images.Register(images.Role{Name: role, Packages: r.Packages, Files: r.Files})
+		images.Register(images.Role{Name: role, Packages: r.Packages, Files: r.Files, Build: r.Build})
 	}
 	recipes[r.Kind] = r
 }

@@ -40,7 +40,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown command", []string{"frobnicate"}, "unknown command"},
 		{"unknown flag", []string{"run", "--frobnicate"}, "unknown flag"},
 		{"malformed duration", []string{"run", "--time-limit", "soon"}, "invalid argument"},
-		{"unknown target", []string{"run", "--target", "zookeeper", "--results", res}, "unknown target"},
+		{"unknown target", []string{"run", "--target", "consul", "--results", res}, "unknown target"},
 		{"unknown workload", []string{"run", "--workload", "bank", "--results", res}, "unknown workload"},
 		{"unknown nemesis", []string{"run", "--nemesis", "meteor", "--results", res}, "unknown nemesis"},
 		{"negative clients", []string{"run", "--concurrency", "-1", "--results", res}, "--concurrency"},

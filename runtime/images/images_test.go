@@ -119,6 +119,34 @@ func TestPlan(t *testing.T) {
 	}()
 }
 
+// TestPlanBuild: a role's build steps run after its own files are copied
+// and before the splitbrain binary is, so a new binary reuses their
+// layers; they are part of the Dockerfile (and so of the tag).
+func TestPlanBuild(t *testing.T) {
+	mk := func(context.Context, *Builder) (string, error) { return "", nil }
+	role := Role{Name: "plan-build-test", Packages: []string{"default-jdk-headless"},
+		Files: []File{{Name: "A.java", Dest: "/opt/a/A.java", Make: mk}}, Build: []string{"javac -d /opt/a /opt/a/A.java"}}
+	Register(role)
+	p, err := PlanRole(role.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := p.Dockerfile()
+	if !strings.Contains(df, "rm -rf /var/lib/apt/lists/*\nCOPY A.java /opt/a/A.java\nRUN javac -d /opt/a /opt/a/A.java\nCOPY splitbrain /usr/local/bin/splitbrain\nLABEL") {
+		t.Fatalf("Dockerfile:\n%s", df)
+	}
+	func() {
+		defer func() {
+			if p := recover(); p == nil || !strings.Contains(p.(string), "differently") {
+				t.Fatalf("the same role with other build steps: panic %v", p)
+			}
+		}()
+		other := role
+		other.Build = []string{"true"}
+		Register(other)
+	}()
+}
+
 func TestBuiltFile(t *testing.T) {
 	b := &Builder{CacheDir: t.TempDir()}
 	builds := 0

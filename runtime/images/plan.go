@@ -23,6 +23,13 @@ type Role struct {
 	Packages []string
 	// Files are the role's files beyond the splitbrain binary.
 	Files []File
+	// Build are shell commands run as root in the role's image build,
+	// after its packages are installed and its own files are in place and
+	// before the splitbrain binary is copied (so that a new binary does not
+	// redo them): compiling an adapter with javac, say. They are part of
+	// the image's hash like the rest of its Dockerfile. SSH hosts do not
+	// run them (a host's setup must).
+	Build []string
 }
 
 // File is a file of role images (and of SSH hosts, which get the same
@@ -87,6 +94,7 @@ func Register(r Role) {
 	}
 	r.Packages = slices.Clone(r.Packages)
 	r.Files = slices.Clone(r.Files)
+	r.Build = slices.Clone(r.Build)
 	roles[r.Name] = r
 }
 
@@ -100,7 +108,7 @@ func same(a, b Role) bool {
 	for i, f := range b.Files {
 		fb[i] = dest(f)
 	}
-	return slices.Equal(a.Packages, b.Packages) && slices.Equal(fa, fb)
+	return slices.Equal(a.Packages, b.Packages) && slices.Equal(fa, fb) && slices.Equal(a.Build, b.Build)
 }
 
 // Roles lists every role in build order: the store and the client, the
@@ -127,6 +135,8 @@ type Plan struct {
 	Base     string
 	Packages []string
 	Files    []File
+	// Build are the role's build commands (Role.Build).
+	Build []string
 }
 
 // PlanRole returns the plan of role's image. The control image holds every
@@ -159,6 +169,7 @@ func PlanRole(role string) (Plan, error) {
 		return Plan{}, fmt.Errorf("unknown role %q (known: %s)", role, strings.Join(knownRoles(), ", "))
 	}
 	p.Packages = slices.Clone(r.Packages)
+	p.Build = slices.Clone(r.Build)
 	add(r.Files)
 	return p, nil
 }
@@ -196,8 +207,26 @@ func (p Plan) Dockerfile() string {
 		fmt.Fprintf(&df, "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends %s && apt-get clean && rm -rf /var/lib/apt/lists/*\n",
 			strings.Join(p.Packages, " "))
 	}
-	for _, f := range p.Files {
-		fmt.Fprintf(&df, "COPY %s %s\n", f.Name, f.Dest)
+	if len(p.Build) == 0 {
+		for _, f := range p.Files {
+			fmt.Fprintf(&df, "COPY %s %s\n", f.Name, f.Dest)
+		}
+	} else {
+		// The role's own files, its build steps, then the splitbrain
+		// binary: a rebuilt binary leaves the build's layers cached.
+		for _, f := range p.Files {
+			if f.Dest != Self.Dest {
+				fmt.Fprintf(&df, "COPY %s %s\n", f.Name, f.Dest)
+			}
+		}
+		for _, b := range p.Build {
+			fmt.Fprintf(&df, "RUN %s\n", b)
+		}
+		for _, f := range p.Files {
+			if f.Dest == Self.Dest {
+				fmt.Fprintf(&df, "COPY %s %s\n", f.Name, f.Dest)
+			}
+		}
 	}
 	fmt.Fprintf(&df, "LABEL splitbrain.role=%s\n", p.Role)
 	return df.String()
