@@ -207,7 +207,7 @@ func TestRegisteredCommands(t *testing.T) {
 	}
 	// A misspelt anti-pattern switch is refused, not silently ignored.
 	code, _, stderr := run(t, "run", "--target", "redis", "--recipe-opt", "expiri=none", "--results", t.TempDir())
-	if code != exitBadInput || !strings.Contains(stderr, "known: expiry, release") {
+	if code != exitBadInput || !strings.Contains(stderr, "known: persistence, expiry, release") {
 		t.Errorf("misspelt option: exit %d, %q", code, stderr)
 	}
 }
