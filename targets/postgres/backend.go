@@ -64,7 +64,7 @@ func init() {
 		Backends: []string{Name},
 		Library:  ClientLibrary,
 		Version:  targets.ModuleVersion(ClientLibrary),
-		Fencing:  true, CheckedRelease: true,
+		Fencing:  true, CheckedRelease: true, Session: true,
 		Title:   "advisory locks with jackc/pgx v5, token from a sequence (Go, in process)",
 		Options: recipeOptions,
 		New:     NewLocker,
