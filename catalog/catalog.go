@@ -17,10 +17,12 @@ import (
 	_ "github.com/splitbrain/splitbrain/targets/etcd"
 	_ "github.com/splitbrain/splitbrain/targets/external"
 	_ "github.com/splitbrain/splitbrain/targets/lockd"
+	_ "github.com/splitbrain/splitbrain/targets/postgres"
 	_ "github.com/splitbrain/splitbrain/targets/redis"
 	_ "github.com/splitbrain/splitbrain/targets/redis/redislock"
 	_ "github.com/splitbrain/splitbrain/targets/redis/redispy"
 	_ "github.com/splitbrain/splitbrain/targets/redis/redsync"
+	_ "github.com/splitbrain/splitbrain/targets/store/postgres"
 	_ "github.com/splitbrain/splitbrain/targets/zookeeper"
 
 	// Faults.

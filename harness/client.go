@@ -53,7 +53,7 @@ func (c Client) Info() targets.ClientInfo {
 // NoTokenRefusal is the one line that refuses a fenced workload for a
 // client that gives no fencing token.
 func NoTokenRefusal(client string) error {
-	return BadInput("--workload %s needs a fencing token, and client %s gives none: fence at the store instead, with a version check on the write (--store postgres in its version-check mode), or choose a client that gives tokens", workloads.FencedCounter, client)
+	return BadInput("--workload %s needs a fencing token, and client %s gives none: fence at the store instead with a version check on the write (--workload %s --store postgres --store-opt check=version), or choose a client that gives tokens", workloads.FencedCounter, client, workloads.UnfencedCounter)
 }
 
 // looksLikeCommand says whether --client's value, when it names no

@@ -13,6 +13,7 @@ import (
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads"
 )
 
@@ -89,6 +90,23 @@ type Config struct {
 	ClientFiles string `json:"client_files,omitempty"`
 	// ClientPackages are Debian packages the client image gets for it.
 	ClientPackages []string `json:"client_packages,omitempty"`
+	// Store is the kind of counter store (--store; store.Names); empty
+	// means the built-in one.
+	Store string `json:"store,omitempty"`
+	// StoreOptions are its settings (--store-opt).
+	StoreOptions map[string]string `json:"store_options,omitempty"`
+}
+
+// StoreKind is the declaration of the run's kind of counter store.
+func (c Config) StoreKind() (store.Kind, error) {
+	k, err := store.Lookup(c.Store)
+	if err != nil {
+		return store.Kind{}, BadInput("--store: %v", err)
+	}
+	if err := k.CheckOptions(c.StoreOptions); err != nil {
+		return store.Kind{}, &InputError{Err: err}
+	}
+	return k, nil
 }
 
 // DefaultConfig is a 30 s unfenced-counter run under pauses on the default
@@ -175,6 +193,9 @@ func (c Config) validate(p *Plan) error {
 		return err
 	}
 	p.client = cl
+	if _, err := c.StoreKind(); err != nil {
+		return err
+	}
 	switch {
 	case !slices.Contains(workloads.Names(), c.Workload):
 		return BadInput("unknown workload %q (known: %s)", c.Workload, strings.Join(workloads.Names(), ", "))

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -33,7 +34,6 @@ import (
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
-	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads"
 	"github.com/splitbrain/splitbrain/workloads/agent"
 )
@@ -73,7 +73,6 @@ type Outcome struct {
 
 // Roles the harness itself needs besides the target's.
 const (
-	roleStore  = runtime.RoleStore
 	roleClient = runtime.RoleClient
 )
 
@@ -243,8 +242,12 @@ func (r *run) execute(ctx context.Context) error {
 	client.registerImage()
 	info := client.Info()
 	r.res.Client = &info
+	storeKind, err := r.cfg.StoreKind()
+	if err != nil {
+		return err
+	}
 	err = r.phase("setup", func() error {
-		roles := append([]string{roleStore, client.Role}, backend.RoleNames()...)
+		roles := append([]string{storeKind.Role, client.Role}, backend.RoleNames()...)
 		if r.deps.Images != nil {
 			if imgs, err = r.deps.Images(hard, roles); err != nil {
 				return fmt.Errorf("images: %w", err)
@@ -258,7 +261,7 @@ func (r *run) execute(ctx context.Context) error {
 			return fmt.Errorf("runtime: %w", err)
 		}
 		r.rt = rtm
-		storeNode, storeAddr, err := store.Deploy(hard, r.rt, imgs[roleStore])
+		storeNode, storeAddr, err := storeKind.Deploy(hard, r.rt, imgs[storeKind.Role], r.cfg.StoreOptions)
 		if err != nil {
 			return err
 		}
@@ -267,6 +270,12 @@ func (r *run) execute(ctx context.Context) error {
 			return fmt.Errorf("start %s: %w", r.cfg.Target, err)
 		}
 		r.res.Versions = cluster.Versions(hard)
+		if storeKind.Versions != nil {
+			if r.res.Versions == nil {
+				r.res.Versions = map[string]string{}
+			}
+			maps.Copy(r.res.Versions, storeKind.Versions(hard, storeNode))
+		}
 		clientNodes, err := r.startClients(hard, imgs[client.Role], client.recipeConfig(cluster.Recipe(), backend), storeAddr)
 		if err != nil {
 			return err
@@ -326,7 +335,7 @@ func (r *run) execute(ctx context.Context) error {
 // startClients starts, configures and clock-syncs the client agents.
 func (r *run) startClients(ctx context.Context, image string, recipe targets.RecipeConfig, storeAddr string) ([]runtime.Node, error) {
 	cfg := agent.Config{
-		Recipe: recipe, Store: storeAddr,
+		Recipe: recipe, Store: storeAddr, StoreKind: r.cfg.Store, StoreOptions: r.cfg.StoreOptions,
 		StoreTimeout:   targets.Duration(r.cfg.StoreTimeout),
 		AcquireTimeout: targets.Duration(r.cfg.AcquireTimeout),
 		ReleaseTimeout: targets.Duration(r.cfg.StoreTimeout),

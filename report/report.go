@@ -20,6 +20,7 @@ import (
 	"html/template"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"slices"
 	"sort"
@@ -364,6 +365,14 @@ func facts(run *Run, faults int) []kv {
 	}
 	if c := ClientLine(run); c != "" {
 		out = append(out, kv{"lock client", c})
+	}
+	if st := run.Config.Store; st != "" {
+		// The counter store, when it is not splitbrain's own.
+		line := st
+		for _, k := range slices.Sorted(maps.Keys(run.Config.StoreOptions)) {
+			line += " " + k + "=" + run.Config.StoreOptions[k]
+		}
+		out = append(out, kv{"counter store", line})
 	}
 	out = append(out, []kv{
 		{"workload", run.Workload}, {"nemesis", run.Nemesis},

@@ -200,13 +200,17 @@ var (
 	// then the only way to cover a long critical section).
 	FixedTTL = Need{Says: "a lease that is not renewed", Test: func(b targets.Backend) bool {
 		r, err := b.RunRecipe()
-		return err == nil && !r.Renews
+		return err == nil && !r.Renews && !r.Session
 	}}
 )
 
 // Fencing: the run's client gives fencing tokens (scenarios that run the
 // fenced counter need one; a client without is refused).
 var Fencing = ClientNeed("a client that gives fencing tokens", func(_ targets.Backend, r targets.Recipe) bool { return r.Fencing })
+
+// SessionLock: the run's client holds a lock that lives as long as its
+// connection (targets.Recipe.Session), not for a TTL.
+var SessionLock = ClientNeed("a lock held by the client's session", func(_ targets.Backend, r targets.Recipe) bool { return r.Session })
 
 // ClientNeed is a need of the run's client: the backend's own recipe, or
 // the library the run chooses (ConfigWith).
@@ -570,7 +574,39 @@ func Catalogue() []Scenario {
 			},
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
+		// A session lock's known problem (docs/postgres.md has the
+		// figures): the half-open holder.
+		{
+			Name: "postgres-half-open-session", AntiPattern: KnownBug, Needs: []Need{SessionLock, ClientOption("timeout", "none"), Fencing},
+			Title: "known problem: a holder cut from PostgreSQL keeps its advisory lock until the server notices its session is gone (TCP keepalives: 2 h by default), and the others wait",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				halfOpen(c)
+			},
+			// Safe (fenced), but the key stalls for the whole cut and
+			// beyond: nothing ends the session while the cut lasts.
+			Expect: Expect{Valid: verdict(checkers.Valid), MinStall: 10 * time.Second},
+		},
+		{
+			Name: "postgres-half-open-keepalive", AntiPattern: 0, Needs: []Need{SessionLock, ClientOption("timeout", "none"), ClientOption("tcp_keepalives_idle", "1"), Fencing},
+			Title: "control of postgres-half-open-session: the same cut with the server's TCP keepalives at 1 s idle, 1 s interval, 2 probes: the lock comes back within seconds",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				halfOpen(c)
+				maps.Copy(c.RecipeOptions, map[string]string{"tcp_keepalives_idle": "1", "tcp_keepalives_interval": "1", "tcp_keepalives_count": "2"})
+			},
+			Expect: Expect{Valid: verdict(checkers.Valid), Recovers: true, MaxStall: 9 * time.Second},
+		},
 	}
+}
+
+// halfOpen is the half-open holder: three clients on one key, each holding
+// it 2 s; a holder is cut from the lock service for 12 s; its lock lasts
+// as long as its session (timeout=none: no idle timeout on the session).
+func halfOpen(c *harness.Config) {
+	c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "partition", 1, 3
+	nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
+	c.Work, c.AcquireTimeout = 2*time.Second, 2*time.Second
+	c.FaultMin, c.FaultMax, c.NemesisInterval = 12*time.Second, 12*time.Second, time.Second
+	c.RecipeOptions = map[string]string{"timeout": "none"}
 }
 
 // Lookup returns the scenario called name.

@@ -148,6 +148,12 @@ type Recipe struct {
 	// Renews says that a held lease is renewed in the background (a
 	// watchdog or keep-alive) rather than lasting one fixed TTL.
 	Renews bool
+	// Session says that the lock lives as long as the client's
+	// connection to the service, not for a TTL: a killed client's lock
+	// goes at once (its kernel closes the connection), and a client cut
+	// off or frozen keeps it until the service ends its session
+	// (PostgreSQL's advisory locks).
+	Session bool
 	// Options are the recipe options it accepts (RecipeConfig.Options).
 	Options []Option
 	// New makes a Locker for one client (a library in Go, in process).

@@ -11,22 +11,36 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/store"
 )
 
-// newProgramCmds are the node programs the registered backends declare
-// (targets.Backend.Programs), each a hidden command run as PID 1 of a
+// newProgramCmds are the node programs the registered backends and
+// counter stores declare (targets.Backend.Programs, store.Kind.Programs), each a hidden command run as PID 1 of a
 // node: it handles SIGTERM and SIGINT itself (PID 1 gets no default signal
 // actions) and shuts down cleanly on either.
 func newProgramCmds(g *globalFlags, taken []*cobra.Command) []*cobra.Command {
 	var out []*cobra.Command
+	add := func(owner string, p targets.Program) {
+		for _, c := range taken {
+			if c.Name() == p.Name {
+				panic(fmt.Sprintf("%s's program %q is also a splitbrain command", owner, p.Name))
+			}
+		}
+		for _, c := range out {
+			if c.Name() == p.Name {
+				panic(fmt.Sprintf("%s's program %q is declared twice", owner, p.Name))
+			}
+		}
+		out = append(out, newProgramCmd(g, p))
+	}
 	for _, b := range targets.Backends() {
 		for _, p := range b.Programs {
-			for _, c := range taken {
-				if c.Name() == p.Name {
-					panic(fmt.Sprintf("backend %s's program %q is also a splitbrain command", b.Name, p.Name))
-				}
-			}
-			out = append(out, newProgramCmd(g, p))
+			add("backend "+b.Name, p)
+		}
+	}
+	for _, k := range store.Kinds() {
+		for _, p := range k.Programs {
+			add("store "+k.Name, p)
 		}
 	}
 	return out

@@ -20,11 +20,12 @@ import (
 	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/store"
 )
 
 func newRunCmd(g *globalFlags) *cobra.Command {
 	cfg := harness.DefaultConfig()
-	var recipeOpts []string
+	var recipeOpts, storeOpts []string
 	var sf sshFlags
 	cmd := &cobra.Command{
 		Use:   "run",
@@ -39,6 +40,9 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 				return err
 			}
 			if cfg.RecipeOptions, err = parseKV(recipeOpts); err != nil {
+				return &usageError{err}
+			}
+			if cfg.StoreOptions, err = parseKV(storeOpts); err != nil {
 				return &usageError{err}
 			}
 			return runTest(cmd.Context(), cfg, &sf, g, log, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -69,8 +73,34 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	f.StringVar(&cfg.Client, "client", "", "lock client: a library that serves the target"+clientsHelp()+"\n  or the command line of your own adapter (docs/client-protocol.md), e.g. 'python3 my_lock.py'")
 	f.StringVar(&cfg.ClientFiles, "client-files", "", "directory whose files go into the client image, in the adapter's working directory (with --client CMD)")
 	f.StringSliceVar(&cfg.ClientPackages, "client-packages", nil, "Debian packages the client image gets for your adapter (with --client CMD)")
+	f.StringVar(&cfg.Store, "store", store.Builtin, "counter store: "+storesHelp())
+	f.StringArrayVar(&storeOpts, "store-opt", nil, "counter store option key=value (repeatable); each store's:"+storeOptionsHelp())
 	sf.register(cmd)
 	return cmd
+}
+
+// storesHelp lists the registered counter stores.
+func storesHelp() string {
+	var b strings.Builder
+	for _, k := range store.Kinds() {
+		fmt.Fprintf(&b, "\n  %s: %s", k.Name, k.Title)
+	}
+	return b.String()
+}
+
+// storeOptionsHelp lists each registered store's --store-opt settings.
+func storeOptionsHelp() string {
+	var b strings.Builder
+	for _, k := range store.Kinds() {
+		if len(k.Options) == 0 {
+			continue
+		}
+		fmt.Fprintf(&b, "\n  %s:", k.Name)
+		for _, o := range k.Options {
+			fmt.Fprintf(&b, " %s=%s", o.Name, strings.Join(o.Values, "|"))
+		}
+	}
+	return b.String()
 }
 
 // recipeOptionsHelp lists each registered backend's --recipe-opt
@@ -120,7 +150,7 @@ func parseKV(kvs []string) (map[string]string, error) {
 	for _, kv := range kvs {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok || k == "" {
-			return nil, fmt.Errorf("--recipe-opt %q: want key=value", kv)
+			return nil, fmt.Errorf("option %q: want key=value", kv)
 		}
 		out[k] = v
 	}

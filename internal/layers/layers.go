@@ -62,7 +62,7 @@ var Table = []Layer{
 // Groups are the folders whose children are separate components; those
 // that are packages are the interface or registry of their layer, which
 // the packages below them may import.
-var Groups = []string{"runtime", "targets", "nemesis", "internal", "cmd"}
+var Groups = []string{"runtime", "targets", "targets/store", "nemesis", "internal", "cmd"}
 
 // TestOnly are packages made for tests: only _test.go files may import
 // them, and the rule does not judge their own imports. harness/harnesstest

@@ -18,16 +18,14 @@ import (
 )
 
 // Store is the counter store as the agent uses it; *store.Client is one.
-type Store interface {
-	Read(ctx context.Context, key string, fenced bool, token uint64) (store.Entry, error)
-	Write(ctx context.Context, key string, value, tag int64, fenced bool, token uint64) (store.Entry, error)
-}
+type Store = store.Counter
 
 // Deps are what an agent is built from.
 type Deps struct {
 	// Lockers maps a recipe kind to its factory.
 	Lockers map[string]targets.LockerFactory
-	// DialStore returns the store client; nil means store.NewClient.
+	// DialStore returns the store client; nil means the client of the
+	// configured kind of store (store.Dial).
 	DialStore func(addr string, timeout time.Duration) Store
 	// Step, when set, is called between the steps of an operation. The
 	// in-memory runtime uses it to freeze an agent as SIGSTOP would.
@@ -59,9 +57,6 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, deps Deps) error {
 	}
 	if deps.Log == nil {
 		deps.Log = slog.New(slog.DiscardHandler)
-	}
-	if deps.DialStore == nil {
-		deps.DialStore = func(addr string, timeout time.Duration) Store { return store.NewClient(addr, timeout) }
 	}
 	a := &agent{deps: deps, enc: json.NewEncoder(out)}
 	defer a.close()
@@ -156,6 +151,9 @@ func (a *agent) close() {
 	if a.locker != nil {
 		_ = a.locker.Close()
 	}
+	if c, ok := a.store.(io.Closer); ok {
+		_ = c.Close()
+	}
 }
 
 func (a *agent) configure(ctx context.Context, cfg *Config) error {
@@ -170,9 +168,15 @@ func (a *agent) configure(ctx context.Context, cfg *Config) error {
 	if err != nil {
 		return fmt.Errorf("lock recipe %s: %w", cfg.Recipe.Kind, err)
 	}
+	var st Store
+	if a.deps.DialStore != nil {
+		st = a.deps.DialStore(cfg.Store, time.Duration(cfg.StoreTimeout))
+	} else if st, err = store.Dial(cfg.StoreKind, cfg.Store, time.Duration(cfg.StoreTimeout), cfg.StoreOptions); err != nil {
+		_ = l.Close()
+		return fmt.Errorf("counter store: %w", err)
+	}
 	a.close()
-	a.cfg, a.locker = *cfg, l
-	a.store = a.deps.DialStore(cfg.Store, time.Duration(cfg.StoreTimeout))
+	a.cfg, a.locker, a.store = *cfg, l, st
 	a.deps.Log.Info("agent configured", "client", cfg.Client, "recipe", cfg.Recipe.Kind, "endpoints", cfg.Recipe.Endpoints)
 	return nil
 }

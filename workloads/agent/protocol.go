@@ -58,6 +58,10 @@ type Config struct {
 	Recipe targets.RecipeConfig `json:"recipe"`
 	// Store is the counter store's address ("10.1.2.3:7000").
 	Store string `json:"store"`
+	// StoreKind is the kind of counter store (store.Lookup; "" is the
+	// built-in one), and StoreOptions its --store-opt settings.
+	StoreKind    string            `json:"store_kind,omitempty"`
+	StoreOptions map[string]string `json:"store_options,omitempty"`
 	// StoreTimeout bounds each store request.
 	StoreTimeout targets.Duration `json:"store_timeout"`
 	// AcquireTimeout bounds waiting for a lock.

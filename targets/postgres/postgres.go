@@ -1,0 +1,182 @@
+// Package postgres is the PostgreSQL target: one PostgreSQL 15 server from
+// Debian's packages (postgresql-15) in one container, its cluster in a
+// state directory kept across kill and restart, and the advisory-lock
+// recipes people build on it with jackc/pgx v5.
+//
+// The node's main process is `splitbrain postgres`, which creates the
+// cluster the first time (initdb) and then becomes the postmaster (exec),
+// so PostgreSQL is PID 1 of its node: a pause freezes it, a kill kills it,
+// and a restart finds its data and write-ahead log again. The health probe
+// (`splitbrain probe postgres`) connects to the node's own server from
+// inside the node, over the exec channel that partitions do not cut.
+//
+// # Locks
+//
+// An advisory lock belongs to a session (pg_advisory_lock) or to a
+// transaction (pg_advisory_xact_lock): it lasts as long as the connection,
+// or the transaction, and there is no lease. A client whose connection is
+// gone — its session ended by the server — has lost its lock without
+// noticing until its next statement. The server ends a session when it
+// notices its peer is gone (TCP keepalives, tcp_user_timeout: the
+// backend's options) or when the session stays idle past its
+// idle_session_timeout (idle_in_transaction_session_timeout for a
+// transaction lock). The recipes set that timeout to the run's lease TTL
+// (recipe option timeout=ttl, the default), which turns the session into a
+// lease: a holder paused past it loses its lock and writes late. With
+// timeout=none a paused or half-open holder keeps the lock, and the others
+// wait, for as long as the server takes to notice (docs/postgres.md
+// measures it).
+//
+// # Fencing token
+//
+// The token is nextval of one sequence (splitbrain_fence), taken in the
+// holder's session once the lock is granted. It grows with every grant:
+// the holder takes it while it holds the lock, so a later holder's nextval
+// comes after it, and sequences never go back, even across a crash. A
+// nextval does not WAL-log every value: it logs the sequence 32 values
+// ahead (SEQ_LOG_VALS) and hands out the logged batch from memory; the
+// transaction that logged it gets a transaction id, so its commit flushes
+// the record before the client hears the commit. Crash recovery replays the
+// sequence to the end of the logged batch, so after a kill the sequence
+// may skip up to 32 values ahead, but never returns a value at or below one
+// already returned by a committed statement. The fence-order checker
+// confirms it on every run, kill runs included.
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/splitbrain/splitbrain/internal/pgserver"
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/images"
+	"github.com/splitbrain/splitbrain/targets"
+)
+
+// Role is the image role of PostgreSQL nodes (the postgres counter store
+// runs in it too).
+const Role = "postgres"
+
+// Target is the single-node PostgreSQL backend.
+type Target struct{}
+
+var _ targets.Target = Target{}
+
+// ServerSettings are the backend's options that are server settings, each
+// passed to the postmaster as -c NAME=VALUE: how soon the server notices a
+// client that is gone.
+var ServerSettings = []targets.Option{
+	{Name: "tcp_keepalives_idle", Doc: "seconds of silence before the server's first keepalive probe (0: the kernel's, 7200 s on Linux)"},
+	{Name: "tcp_keepalives_interval", Doc: "seconds between unanswered keepalive probes (0: the kernel's, 75 s)"},
+	{Name: "tcp_keepalives_count", Doc: "unanswered probes before the server drops the connection (0: the kernel's, 9)"},
+	{Name: "tcp_user_timeout", Doc: "milliseconds transmitted data may stay unacknowledged before the connection is dropped (0: the kernel's)"},
+	{Name: "idle_session_timeout", Doc: "server-wide default for ending idle sessions, e.g. 5s (0: never); the recipe sets its own per session"},
+}
+
+var settingValue = regexp.MustCompile(`^[0-9]+(ms|s|min)?$`)
+
+// Settings picks the server settings out of a run's options and checks
+// their values.
+func Settings(opts map[string]string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, o := range ServerSettings {
+		v, ok := opts[o.Name]
+		if !ok {
+			continue
+		}
+		if !settingValue.MatchString(v) {
+			return nil, fmt.Errorf("postgres: %s=%q: want a number (with ms, s or min for a duration)", o.Name, v)
+		}
+		out[o.Name] = v
+	}
+	return out, nil
+}
+
+// Command is the node's main process with settings.
+func Command(settings map[string]string) []string {
+	return pgserver.Command(images.Self.Dest, ServerProgram.Name, settings)
+}
+
+// Start implements targets.Target: one node, n1, healthy when the probe
+// connects.
+func (Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
+	settings, err := Settings(opts.RecipeOptions)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := rt.Reserve("n1"); err != nil {
+		return nil, fmt.Errorf("reserve postgres address: %w", err)
+	}
+	n, err := rt.Start(ctx, runtime.NodeSpec{
+		Name: "n1", Role: Role, Image: opts.Images[Role], Cmd: Command(settings),
+		Caps: append([]string{runtime.CapNetAdmin}, opts.ExtraCaps...),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("start postgres: %w", err)
+	}
+	if err := WaitHealthy(ctx, n, 60*time.Second); err != nil {
+		return nil, err
+	}
+	return &Cluster{node: n, ttl: opts.TTL, opts: opts.RecipeOptions}, nil
+}
+
+// Status runs the health probe inside n.
+func Status(ctx context.Context, n runtime.Node) (pgserver.Status, error) {
+	return targets.ProbeJSON[pgserver.Status](ctx, n, images.Self.Dest, "probe", Name,
+		"--endpoint", net.JoinHostPort("127.0.0.1", strconv.Itoa(pgserver.Port)))
+}
+
+// WaitHealthy waits until the server in n accepts connections and is out
+// of recovery.
+func WaitHealthy(ctx context.Context, n runtime.Node, timeout time.Duration) error {
+	return runtime.Poll(ctx, fmt.Sprintf("postgres on %s not serving (see its log in the results directory)", n.Name()), timeout, 200*time.Millisecond,
+		func(ctx context.Context) error {
+			s, err := Status(ctx, n)
+			if err == nil && !s.Serving {
+				err = fmt.Errorf("postgres on %s is in recovery", n.Name())
+			}
+			return err
+		})
+}
+
+// Versions reports the server's version and its Debian package's.
+func Versions(ctx context.Context, n runtime.Node) map[string]string {
+	out := map[string]string{"postgres": "unknown"}
+	if s, err := Status(ctx, n); err == nil {
+		out["postgres"] = s.Version
+	}
+	if b, err := runtime.Run(ctx, n, "dpkg-query", "-W", "-f=${Version}", pgserver.DebianPackage); err == nil && len(b) > 0 {
+		out["postgres_debian"] = pgserver.DebianPackage + " " + strings.TrimSpace(string(b))
+	}
+	return out
+}
+
+// Cluster is a running PostgreSQL node.
+type Cluster struct {
+	node runtime.Node
+	ttl  time.Duration
+	opts map[string]string
+}
+
+var _ targets.Cluster = (*Cluster)(nil)
+
+// Nodes implements targets.Cluster.
+func (c *Cluster) Nodes() []runtime.Node { return []runtime.Node{c.node} }
+
+// Recipe implements targets.Cluster.
+func (c *Cluster) Recipe() targets.RecipeConfig {
+	return targets.RecipeConfig{
+		Kind:      Name,
+		Endpoints: []string{net.JoinHostPort(c.node.Addr().String(), strconv.Itoa(pgserver.Port))},
+		TTL:       targets.Duration(c.ttl),
+		Options:   c.opts,
+	}
+}
+
+// Versions implements targets.Cluster.
+func (c *Cluster) Versions(ctx context.Context) map[string]string { return Versions(ctx, c.node) }

@@ -1,0 +1,171 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/images"
+	"github.com/splitbrain/splitbrain/targets"
+)
+
+// Counter is the counter store as a client uses it: [Client], [Mem] and
+// the clients of the other kinds of store. A Counter is safe for
+// concurrent use.
+type Counter interface {
+	// Read returns key's entry; when fenced, token is checked and
+	// registered first.
+	Read(ctx context.Context, key string, fenced bool, token uint64) (Entry, error)
+	// Write writes value, with its tag, to key; when fenced, token is
+	// checked, and a refused write changes nothing.
+	Write(ctx context.Context, key string, value, tag int64, fenced bool, token uint64) (Entry, error)
+}
+
+// Kind declares a kind of counter store, chosen with --store NAME.
+// Register it with [Register] from its package's init function.
+type Kind struct {
+	// Name is its name on the command line.
+	Name string
+	// Title says in a few words what it is.
+	Title string
+	// Role is the image role its node runs from; Packages, when set, are
+	// that role's Debian packages (the role is registered with them).
+	Role     string
+	Packages []string
+	// Options are the --store-opt settings it accepts.
+	Options []targets.Option
+	// Programs are programs of the splitbrain binary its node runs as its
+	// main process.
+	Programs []targets.Program
+	// Deploy starts the store as node "store" from image and waits until
+	// it serves; it returns the node and the address clients dial.
+	Deploy func(ctx context.Context, rt runtime.Runtime, image string, opts map[string]string) (runtime.Node, string, error)
+	// Dial returns a client of the store at addr; each request is bounded
+	// by timeout.
+	Dial func(addr string, timeout time.Duration, opts map[string]string) (Counter, error)
+	// Versions, when set, reports the store's software versions.
+	Versions func(ctx context.Context, n runtime.Node) map[string]string
+}
+
+// Builtin is the name of splitbrain's own store (the default): [Store]
+// served over HTTP by `splitbrain store`, in memory.
+const Builtin = "builtin"
+
+var (
+	kindsMu sync.RWMutex
+	kinds   = map[string]Kind{}
+)
+
+// Register makes a kind of store known by its name. It panics when the
+// declaration is incomplete or the name is taken (a programming error: it
+// runs from init functions).
+func Register(k Kind) {
+	kindsMu.Lock()
+	defer kindsMu.Unlock()
+	switch _, dup := kinds[k.Name]; {
+	case k.Name == "" || strings.ContainsAny(k.Name, " ,=/") || k.Role == "" || k.Deploy == nil || k.Dial == nil:
+		panic(fmt.Sprintf("store: register %q: want a name, a role, Deploy and Dial", k.Name))
+	case dup:
+		panic(fmt.Sprintf("store: %q registered twice", k.Name))
+	}
+	if len(k.Packages) > 0 {
+		images.Register(images.Role{Name: k.Role, Packages: k.Packages})
+	}
+	kinds[k.Name] = k
+}
+
+// Lookup returns the kind called name ("" is [Builtin]); the error names
+// the known ones.
+func Lookup(name string) (Kind, error) {
+	if name == "" {
+		name = Builtin
+	}
+	kindsMu.RLock()
+	k, ok := kinds[name]
+	kindsMu.RUnlock()
+	if !ok {
+		return Kind{}, fmt.Errorf("unknown store %q (known: %s)", name, strings.Join(Names(), ", "))
+	}
+	return k, nil
+}
+
+// Names lists the registered kinds, sorted.
+func Names() []string {
+	kindsMu.RLock()
+	defer kindsMu.RUnlock()
+	out := make([]string, 0, len(kinds))
+	for n := range kinds {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// Kinds returns every registered kind, sorted by name.
+func Kinds() []Kind {
+	var out []Kind
+	for _, n := range Names() {
+		k, _ := Lookup(n)
+		out = append(out, k)
+	}
+	return out
+}
+
+// CheckOptions returns an error naming the first of opts the kind does not
+// accept (an unknown name, or a value not among the option's Values).
+func (k Kind) CheckOptions(opts map[string]string) error {
+	names := make([]string, 0, len(opts))
+	for n := range opts {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		i := slices.IndexFunc(k.Options, func(o targets.Option) bool { return o.Name == n })
+		if i < 0 {
+			known := make([]string, len(k.Options))
+			for j, o := range k.Options {
+				known[j] = o.Name
+			}
+			if len(known) == 0 {
+				return fmt.Errorf("--store-opt %s: store %s takes none", n, k.Name)
+			}
+			return fmt.Errorf("unknown --store-opt %s for store %s (known: %s)", n, k.Name, strings.Join(known, ", "))
+		}
+		if o := k.Options[i]; len(o.Values) > 0 && !slices.Contains(o.Values, opts[n]) {
+			return fmt.Errorf("--store-opt %s=%q for store %s: want one of %s", n, opts[n], k.Name, strings.Join(o.Values, ", "))
+		}
+	}
+	return nil
+}
+
+// Dial returns a client of the store of kind name at addr.
+func Dial(name, addr string, timeout time.Duration, opts map[string]string) (Counter, error) {
+	k, err := Lookup(name)
+	if err != nil {
+		return nil, err
+	}
+	return k.Dial(addr, timeout, opts)
+}
+
+func init() {
+	Register(Kind{
+		Name:  Builtin,
+		Title: "splitbrain's own counter store (HTTP, in memory): token checked and recorded by the store",
+		Role:  Role,
+		Deploy: func(ctx context.Context, rt runtime.Runtime, image string, _ map[string]string) (runtime.Node, string, error) {
+			return Deploy(ctx, rt, image)
+		},
+		Dial: func(addr string, timeout time.Duration, _ map[string]string) (Counter, error) {
+			return NewClient(addr, timeout), nil
+		},
+	})
+}
+
+var (
+	_ Counter = (*Client)(nil)
+	_ Counter = (*Mem)(nil)
+)
