@@ -210,18 +210,20 @@ var (
 // lets the lease expire under it.
 var Renewing = ClientNeed("a client that renews its lease", func(_ targets.Backend, r targets.Recipe) bool { return r.Renews })
 
-// slowLockLink sets c's packet fault: what every client sends to the lock
-// service delayed by half a TTL, with as much jitter, for most of the run.
-// A renewal's delay then varies between none and a whole TTL: when one is
-// slow and the one before it was fast, the renewal lands after the TTL,
-// while the holder, which sent it in time, still believes it holds.
+// slowLockLink sets c's packet fault: a lock holder's link to the lock
+// service slowed by half a TTL each way, with jitter, from some moment of
+// its critical section on. A renewal is answered a round trip (one TTL)
+// after it is sent and the next one goes a renewal interval later, so each
+// lands more than a TTL after the one before: the lease expires under the
+// holder, which learns it half a TTL late and is still working, while the
+// other clients, whose links are fast, take the lock at once.
 func slowLockLink(c *harness.Config) {
 	c.Nemesis, c.Keys, c.Concurrency = packet.Name, 1, 3
 	p := nemesis.SpecOf[*packet.Spec](c.Faults)
-	p.Effects, p.Links, p.Direction, p.Clients = nemesis.List{packet.Latency}, nemesis.List{packet.LinkLock}, packet.To, packet.All
-	p.Latency, p.Jitter = c.LeaseTTL/2, c.LeaseTTL/2
-	c.Work, c.NemesisInterval, c.AcquireTimeout = 3*time.Second, time.Second, 10*time.Second
-	c.FaultMin, c.FaultMax = 8*time.Second, 12*time.Second
+	p.Effects, p.Links, p.Direction, p.Clients = nemesis.List{packet.Latency}, nemesis.List{packet.LinkLock}, packet.Both, packet.Holder
+	p.Latency, p.Jitter = c.LeaseTTL/2, c.LeaseTTL/8
+	c.Work, c.NemesisInterval, c.AcquireTimeout = 4*time.Second, time.Second, 10*time.Second
+	c.FaultMin, c.FaultMax = 5*time.Second, 6*time.Second
 }
 
 // Fencing: the run's client gives fencing tokens (scenarios that run the
@@ -570,7 +572,7 @@ func Catalogue() []Scenario {
 		},
 		{
 			Name: "delayed-renewal-unfenced", AntiPattern: 5, Needs: []Need{Renewing},
-			Title: "a slow link to the lock service (half a TTL ± half a TTL on what clients send) delays renewals past the TTL: the lease expires under a working holder and an unfenced write is lost",
+			Title: "a holder's slow link to the lock service (half a TTL each way, with jitter) delays its renewals past the TTL: the lease expires under a working holder and an unfenced write is lost",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				slowLockLink(c)
 				c.Workload = "unfenced-counter"
