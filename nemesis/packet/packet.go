@@ -364,7 +364,7 @@ func (nm *Nemesis) Route(_ context.Context, client, link, addr string) (string, 
 
 // Prepare implements nemesis.Preparer: it keeps the run's whole Env (the
 // clients are up now) and checks that a mechanism was chosen.
-func (nm *Nemesis) Prepare(_ context.Context, env *nemesis.Env, log *slog.Logger) error {
+func (nm *Nemesis) Prepare(ctx context.Context, env *nemesis.Env, log *slog.Logger) error {
 	nm.mu.Lock()
 	defer nm.mu.Unlock()
 	if nm.mech == nil {
@@ -379,6 +379,11 @@ func (nm *Nemesis) Prepare(_ context.Context, env *nemesis.Env, log *slog.Logger
 		m.env = env
 	case *proxyMech:
 		m.env = env
+		// A client that learns a lock node's own address (a redirect to
+		// the leader) still goes through its proxy.
+		if err := m.capture(ctx, env); err != nil {
+			return err
+		}
 	}
 	return nil
 }

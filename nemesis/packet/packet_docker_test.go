@@ -54,7 +54,10 @@ func newWorld(t *testing.T, ctx context.Context, cli *client.Client, imgs map[st
 // and the fault; the nemesis is closed (and checked closed) at cleanup.
 func (w *world) inject(t *testing.T, ctx context.Context, spec packet.Spec) (*packet.Nemesis, string, nemesis.Fault) {
 	t.Helper()
-	spec.Links, spec.Clients = nemesis.List{packet.LinkStore}, packet.All
+	if len(spec.Links) != 1 || spec.Links[0] != packet.LinkLock {
+		spec.Links = nemesis.List{packet.LinkStore}
+	}
+	spec.Clients = packet.All
 	if err := spec.Validate(nemesis.Target{Name: "test", Size: 1, LeaseTTL: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +75,9 @@ func (w *world) inject(t *testing.T, ctx context.Context, spec packet.Spec) (*pa
 			t.Errorf("close: %v", err)
 		}
 	})
-	addr, err := nm.Route(ctx, "c1", nemesis.LinkStore, w.store)
+	// The store stands in for a lock node when the fault is on the lock
+	// link: its address is routed as a lock endpoint.
+	addr, err := nm.Route(ctx, "c1", spec.Links[0], w.store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,6 +193,32 @@ func TestPacketFaults(t *testing.T) {
 			t.Errorf("median round trip %v, want 300ms ±20%%", got)
 		}
 		w.heal(t, ctx, nm, addr, f)
+	})
+
+	t.Run("captured-direct-dial", func(t *testing.T) {
+		// A client that dials a lock node's own address (as lockd's does
+		// after a not_leader redirect) still goes through its proxy.
+		s := packet.DefaultSpec()
+		s.Effects, s.Links, s.Direction, s.Latency = nemesis.List{packet.Latency}, nemesis.List{packet.LinkLock}, packet.To, 200*time.Millisecond
+		nm, addr, f := w.inject(t, ctx, s)
+		if nm.Mechanism() != packet.Proxy {
+			t.Skip("no proxy under netem")
+		}
+		got := median(t, w.probe(t, ctx, w.store, 10))
+		t.Logf("latency 200ms one way, dialing the node's own address %s (not the proxy %s): median round trip %v", w.store, addr, got)
+		if got < 160*time.Millisecond || got > 240*time.Millisecond {
+			t.Errorf("median round trip %v on a direct dial, want 200ms ±20%% (captured by the proxy)", got)
+		}
+		w.heal(t, ctx, nm, addr, f)
+		if err := nm.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := runtime.Run(ctx, w.client, "iptables", "-w", "-t", "nat", "-S"); err != nil || strings.Contains(string(out), packet.NATChain) {
+			t.Errorf("capture rules left after close: %s %v", out, err)
+		}
+		if m := median(t, w.probe(t, ctx, w.store, 5)); m > 50*time.Millisecond {
+			t.Errorf("direct dial after close: median %v", m)
+		}
 	})
 
 	t.Run("loss", func(t *testing.T) {

@@ -134,6 +134,63 @@ func (m *proxyMech) proxies() []string {
 	return out
 }
 
+// NATChain is the iptables nat chain, hooked into OUTPUT in each client's
+// namespace, that sends a client's direct dials of a lock node's address
+// (a service that redirects to its leader's own address) into the client's
+// proxy for that address.
+const NATChain = "SPLITBRAIN_PKT_NAT"
+
+// capture installs, in every client of env, a DNAT rule per lock-service
+// upstream it has a proxy for: the client's own dials of that address go
+// through its proxy too, whatever address it learns.
+func (m *proxyMech) capture(ctx context.Context, env *nemesis.Env) error {
+	m.mu.Lock()
+	byClient := map[string][]*route{}
+	for _, r := range m.routes {
+		if r.link == LinkLock {
+			byClient[r.client] = append(byClient[r.client], r)
+		}
+	}
+	m.mu.Unlock()
+	var errs []error
+	for _, n := range env.Clients {
+		rs := byClient[n.Name()]
+		if len(rs) == 0 {
+			continue
+		}
+		lines := []string{"set -e", "iptables -w -t nat -N " + NATChain, "iptables -w -t nat -I OUTPUT 1 -j " + NATChain}
+		for _, r := range rs {
+			up, _ := netip.ParseAddrPort(r.upstream)
+			lines = append(lines, fmt.Sprintf("iptables -w -t nat -A %s -p tcp -d %s --dport %d -j DNAT --to-destination %s", NATChain, up.Addr(), up.Port(), r.proxy.Listen))
+		}
+		if _, err := runtime.Run(ctx, n, "sh", "-c", strings.Join(lines, "\n")); err != nil {
+			errs = append(errs, fmt.Errorf("capture %s's dials of the lock service: %w", n.Name(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// release removes the capture rules from every client and checks them
+// gone.
+func (m *proxyMech) release(ctx context.Context) error {
+	if m.env == nil {
+		return nil
+	}
+	script := strings.Join([]string{
+		"while iptables -w -t nat -D OUTPUT -j " + NATChain + " 2>/dev/null; do :; done",
+		"iptables -w -t nat -F " + NATChain + " 2>/dev/null || true",
+		"iptables -w -t nat -X " + NATChain + " 2>/dev/null || true",
+		"! iptables -w -t nat -S | grep -q " + NATChain,
+	}, "\n")
+	var errs []error
+	for _, n := range m.env.Clients {
+		if _, err := runtime.Run(ctx, n, "sh", "-c", script); err != nil {
+			errs = append(errs, fmt.Errorf("remove capture rules from %s (rules of ours may remain): %w", n.Name(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // streams are the toxiproxy streams of a direction: upstream is what the
 // client sends, downstream what it receives.
 func streams(direction string) []string {
@@ -262,7 +319,7 @@ func (m *proxyMech) clean(ctx context.Context) error {
 // close removes every proxy and checks that none is left in the
 // collection and that nothing listens at their addresses any more.
 func (m *proxyMech) close(ctx context.Context) error {
-	cerr := m.clean(ctx)
+	cerr := errors.Join(m.clean(ctx), m.release(ctx))
 	m.mu.Lock()
 	rs := m.routes
 	m.routes, m.closed = nil, true
