@@ -27,6 +27,7 @@ import (
 
 	// Faults.
 	_ "github.com/splitbrain/splitbrain/nemesis/clock"
+	_ "github.com/splitbrain/splitbrain/nemesis/packet"
 )
 
 // DefaultTarget is the backend `splitbrain run` brings up when none is

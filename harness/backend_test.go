@@ -319,7 +319,7 @@ func TestBackendScenarios(t *testing.T) {
 		}
 	}
 	want := []string{"correct-pattern", "holder-lost-recovery", "no-expiry-deadlock", "long-ttl-unavailable",
-		"unfenced-late-write", "bypass-writer", "single-node-away", "single-node-restart", "late-writer-drill"}
+		"unfenced-late-write", "bypass-writer", "single-node-away", "single-node-restart", "late-writer-drill", "slow-store-late-write"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("scenarios for %s: %v, want %v", inmemName, got, want)
 	}

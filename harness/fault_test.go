@@ -3,9 +3,13 @@ package harness_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/netip"
 	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -38,6 +42,8 @@ func init() {
 type drillSpec struct {
 	// Cap is the capability the drill needs in client nodes.
 	Cap string `json:"cap"`
+	// Refuse makes the drill refuse the run when it chooses its mechanism.
+	Refuse bool `json:"refuse"`
 }
 
 // lastDrill is the drill the harness built last.
@@ -45,6 +51,7 @@ var lastDrill atomic.Pointer[drill]
 
 func (s *drillSpec) Flags(fs *pflag.FlagSet) {
 	fs.StringVar(&s.Cap, "drill-cap", s.Cap, "capability the drill needs in client nodes")
+	fs.BoolVar(&s.Refuse, "drill-refuse", s.Refuse, "refuse the run when choosing how to drill")
 }
 
 func (s *drillSpec) Validate(nemesis.Target) error {
@@ -55,22 +62,57 @@ func (s *drillSpec) Validate(nemesis.Target) error {
 }
 
 func (s *drillSpec) New(nemesis.Target) (nemesis.Nemesis, error) {
-	d := &drill{cap: s.Cap}
+	d := &drill{cap: s.Cap, refuse: s.Refuse}
 	lastDrill.Store(d)
 	return d, nil
 }
 
 type drill struct {
 	cap                string
+	refuse             bool
 	prepared, finished atomic.Bool
 	injected           atomic.Int32
+	// chosen, routes and closed record the Router and Closer calls.
+	chosen, closed atomic.Bool
+	mu             sync.Mutex
+	routes         []string // "client link addr", and "early" for a Route before Choose
 }
 
 var (
 	_ nemesis.CapsNeeder = (*drill)(nil)
 	_ nemesis.Preparer   = (*drill)(nil)
 	_ nemesis.Finisher   = (*drill)(nil)
+	_ nemesis.Router     = (*drill)(nil)
+	_ nemesis.Closer     = (*drill)(nil)
 )
+
+func (d *drill) Choose(_ context.Context, env *nemesis.Env, _ netip.Addr, _ *slog.Logger) error {
+	if len(env.Clients) != 0 || env.Store == nil || len(env.Nodes) == 0 {
+		return errors.New("drill: Choose wants the services up and no client yet")
+	}
+	d.chosen.Store(true)
+	if d.refuse {
+		return nemesis.Refuse("--drill-refuse: the drill cannot drill here")
+	}
+	return nil
+}
+
+// Route leaves the address as it is (the in-memory services must stay
+// reachable) and records the call.
+func (d *drill) Route(_ context.Context, client, link, addr string) (string, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.chosen.Load() {
+		d.routes = append(d.routes, "early")
+	}
+	d.routes = append(d.routes, client+" "+link+" "+addr)
+	return addr, nil
+}
+
+func (d *drill) Close(context.Context) error {
+	d.closed.Store(true)
+	return nil
+}
 
 func (*drill) Name() string { return "drill" }
 
@@ -136,10 +178,36 @@ func TestAFaultIsOneFile(t *testing.T) {
 	if drilled == 0 || out.Results.Valid != checkers.Valid {
 		t.Fatalf("%d drill windows, verdict %s", drilled, out.Results.Valid)
 	}
+	// Routed: every client's store and lock addresses, after Choose;
+	// closed at the end.
+	d.mu.Lock()
+	routes := slices.Clone(d.routes)
+	d.mu.Unlock()
+	for i := range cfg.Concurrency {
+		c := fmt.Sprintf("c%d ", i+1)
+		for _, link := range []string{nemesis.LinkLock, nemesis.LinkStore} {
+			if !slices.ContainsFunc(routes, func(r string) bool { return strings.HasPrefix(r, c+link+" ") }) {
+				t.Errorf("no route of %s%s in %v", c, link, routes)
+			}
+		}
+	}
+	if slices.Contains(routes, "early") || !d.closed.Load() {
+		t.Errorf("routes %v (a Route before Choose is \"early\"), closed %v", routes, d.closed.Load())
+	}
 	opts := readResults(t, out.Dir)["options"].(map[string]any)
 	if got := opts["faults"].(map[string]any)["drill"]; got == nil || got.(map[string]any)["cap"] != "SYS_NICE" {
 		t.Fatalf("results.json options.faults.drill = %v", got)
 	}
+	// A refusal when choosing is bad input, and what the drill holds is
+	// still closed.
+	cfg.Faults["drill"].(*drillSpec).Refuse = true
+	if _, err := harness.Run(context.Background(), cfg, w.Deps(t)); err == nil || !harness.IsBadInput(err) {
+		t.Fatalf("a refusal in Choose: %v, want an input error", err)
+	}
+	if d := lastDrill.Load(); !d.closed.Load() || len(d.routes) != 0 {
+		t.Fatalf("after a refusal: closed %v, routes %v", d.closed.Load(), d.routes)
+	}
+	cfg.Faults["drill"].(*drillSpec).Refuse = false
 	cfg.Faults["drill"].(*drillSpec).Cap = ""
 	if err := cfg.Validate(w.Deps(t).Backends); err == nil || !harness.IsBadInput(err) {
 		t.Fatalf("an empty --drill-cap: %v, want an input error", err)

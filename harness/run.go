@@ -18,10 +18,12 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"net/netip"
 	"os"
 	"path/filepath"
 	rt "runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -276,6 +278,15 @@ func (r *run) execute(ctx context.Context) error {
 			}
 			maps.Copy(r.res.Versions, storeKind.Versions(hard, storeNode))
 		}
+		// Faults that stand between the clients and the services (a
+		// proxy per link) choose how before any client dials.
+		var host netip.Addr
+		if ha, ok := r.rt.(runtime.HostAddresser); ok {
+			host = ha.HostAddr()
+		}
+		if err := nemesis.Choose(hard, nems, &nemesis.Env{Nodes: cluster.Nodes(), Store: storeNode}, host, r.log); err != nil {
+			return refused(err)
+		}
 		clientNodes, err := r.startClients(hard, imgs[client.Role], client.recipeConfig(cluster.Recipe(), backend), storeAddr)
 		if err != nil {
 			return err
@@ -287,7 +298,7 @@ func (r *run) execute(ctx context.Context) error {
 		if lf, ok := cluster.(targets.LeaderFinder); ok {
 			r.env.Leader = lf.Leader
 		}
-		return nemesis.Prepare(hard, nems, r.env, r.log)
+		return refused(nemesis.Prepare(hard, nems, r.env, r.log))
 	})
 	if err != nil {
 		return err
@@ -378,12 +389,37 @@ func (r *run) startClients(ctx context.Context, image string, recipe targets.Rec
 	return nodes, nil
 }
 
+// refused turns a nemesis's refusal of the run (a fault this machine
+// cannot inject as asked) into bad input.
+func refused(err error) error {
+	var re *nemesis.RefusedError
+	if errors.As(err, &re) {
+		return &InputError{Err: err}
+	}
+	return err
+}
+
 // handshake configures an agent and relates its clock to the run's.
 func (r *run) handshake(ctx context.Context, c *workloads.Client) error {
 	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	cfg := r.agentCfg
 	cfg.Client = c.Name
+	// The addresses this client dials, through a fault's proxies when
+	// one stands between (the same ones again for a revived client).
+	cfg.Recipe.Endpoints = slices.Clone(cfg.Recipe.Endpoints)
+	for i, ep := range cfg.Recipe.Endpoints {
+		routed, err := nemesis.Route(ctx, r.nems, c.Name, nemesis.LinkLock, ep)
+		if err != nil {
+			return err
+		}
+		cfg.Recipe.Endpoints[i] = routed
+	}
+	store, err := nemesis.Route(ctx, r.nems, c.Name, nemesis.LinkStore, cfg.Store)
+	if err != nil {
+		return err
+	}
+	cfg.Store = store
 	if err := c.Configure(ctx, cfg); err != nil {
 		return err
 	}
@@ -434,6 +470,12 @@ func (r *run) cleanup() {
 		if c != nil {
 			_ = c.Close()
 		}
+	}
+	// Faults held in this process (proxies) go on every path, checked
+	// gone.
+	if err := nemesis.Close(ctx, r.nems); err != nil {
+		r.errs = append(r.errs, "cleanup: "+err.Error())
+		r.log.Error("cleanup", "err", err)
 	}
 	if r.rt != nil {
 		r.healAll(ctx)

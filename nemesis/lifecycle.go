@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"slices"
 	"time"
 )
@@ -76,4 +77,92 @@ func Finish(ctx context.Context, nems []Nemesis) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Links a [Router] is asked to route: the connections each client opens.
+const (
+	// LinkLock is a client's connection to a lock-service node.
+	LinkLock = "client-lock"
+	// LinkStore is a client's connection to the counter store.
+	LinkStore = "client-store"
+)
+
+type (
+	// Router is a nemesis whose faults may need the clients' connections
+	// to pass through it (a proxy per link). The harness calls Choose once
+	// the lock service and the store are up and before any client is, then
+	// Route for every address each client dials.
+	Router interface {
+		// Choose decides how the nemesis will fault links, on env (its
+		// Clients still empty); host is the address at which the nodes
+		// reach this process (invalid when the runtime has none). An
+		// error names the fix.
+		Choose(ctx context.Context, env *Env, host netip.Addr, log *slog.Logger) error
+		// Route returns the address client must dial instead of addr,
+		// which it reaches over link (LinkLock or LinkStore): addr itself
+		// when the nemesis needs no detour.
+		Route(ctx context.Context, client, link, addr string) (string, error)
+	}
+	// Closer is a nemesis that holds something in this process (a proxy's
+	// listeners) that must be released on every path, failures included.
+	Closer interface {
+		// Close releases it and checks that nothing of it remains.
+		Close(ctx context.Context) error
+	}
+)
+
+// Choose calls Choose of every [Router] among nems, in order, and returns
+// the first error.
+func Choose(ctx context.Context, nems []Nemesis, env *Env, host netip.Addr, log *slog.Logger) error {
+	for _, n := range nems {
+		if r, ok := n.(Router); ok {
+			if err := r.Choose(ctx, env, host, log.With("nemesis", n.Name())); err != nil {
+				return fmt.Errorf("nemesis %s: %w", n.Name(), err)
+			}
+		}
+	}
+	return nil
+}
+
+// Route returns the address client dials for addr over link: addr passed
+// through every [Router] among nems.
+func Route(ctx context.Context, nems []Nemesis, client, link, addr string) (string, error) {
+	for _, n := range nems {
+		if r, ok := n.(Router); ok {
+			var err error
+			if addr, err = r.Route(ctx, client, link, addr); err != nil {
+				return "", fmt.Errorf("nemesis %s: route %s's %s link: %w", n.Name(), client, link, err)
+			}
+		}
+	}
+	return addr, nil
+}
+
+// Close calls Close of every [Closer] among nems, within a minute even when
+// ctx is already done, and joins the errors.
+func Close(ctx context.Context, nems []Nemesis) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	var errs []error
+	for _, n := range nems {
+		if c, ok := n.(Closer); ok {
+			if err := c.Close(ctx); err != nil {
+				errs = append(errs, fmt.Errorf("nemesis %s: %w", n.Name(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// RefusedError is a Choose or Prepare error that refuses the run as asked:
+// a fault this machine cannot inject in the form the options name. Its
+// message is one line naming the fix; the harness reports it as bad input.
+type RefusedError struct{ Err error }
+
+func (e *RefusedError) Error() string { return e.Err.Error() }
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// Refuse returns a [RefusedError] with the formatted message.
+func Refuse(format string, args ...any) error {
+	return &RefusedError{Err: fmt.Errorf(format, args...)}
 }

@@ -327,6 +327,7 @@ func TestExplainFaultWords(t *testing.T) {
 		{checkers.Window{F: "partition", Targets: []string{"c3"}, Detail: "isolate", Start: at(1), End: at(2)}, "while it was cut off by a network partition (isolate) from 1.00 s to 2.00 s"},
 		{checkers.Window{F: "clock", Targets: []string{"n1"}, Detail: "bump +3s", Start: at(1), End: at(2)}, "while the clock of n1 was skewed (bump +3s) from 1.00 s to 2.00 s"},
 		{checkers.Window{F: "kill", Targets: []string{"n2"}, Detail: "SIGKILL; restart at heal", Start: at(1), End: at(2)}, "while n2 was killed and restarted (SIGKILL; restart at heal) from 1.00 s to 2.00 s"},
+		{checkers.Window{F: "packet", Targets: []string{"c3"}, Detail: "latency 1s on client-lock both ways via proxy", Start: at(1), End: at(2)}, "while it was behind a slow or broken network link (latency 1s on client-lock both ways via proxy) from 1.00 s to 2.00 s"},
 		{checkers.Window{F: "meteor", Start: at(1), End: at(2)}, "during fault meteor on the run from 1.00 s to 2.00 s"},
 	}
 	for _, tt := range tests {
@@ -342,7 +343,7 @@ func TestExplainFaultWords(t *testing.T) {
 	if _, resumed := e.faultWords("c3", []checkers.Window{tests[2].w}, at(3)); resumed != 0 {
 		t.Errorf("resumed %d after a partition", resumed)
 	}
-	for f, want := range map[string]string{"pause": "#e53935", "clock": "#1e88e5", "meteor": "#1e88e5"} {
+	for f, want := range map[string]string{"pause": "#e53935", "clock": "#1e88e5", "packet": "#8e24aa", "meteor": "#1e88e5"} {
 		if got := faultColor(f); got != want {
 			t.Errorf("colour of %s %s, want %s", f, got, want)
 		}

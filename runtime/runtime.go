@@ -124,6 +124,15 @@ type Console interface {
 	Stdio() (stdin io.WriteCloser, stdout io.Reader)
 }
 
+// HostAddresser is implemented by runtimes whose nodes can reach the
+// process that runs splitbrain at an address of the run's network (the
+// Docker network's gateway, when splitbrain runs on the Docker host): a
+// nemesis may then serve the nodes from this process (a TCP proxy per
+// link). A process that cannot bind HostAddr is not where the nodes reach.
+type HostAddresser interface {
+	HostAddr() netip.Addr
+}
+
 // Restarter is implemented by nodes whose main process can be started again
 // after it died (or was killed), keeping the node's files.
 type Restarter interface {

@@ -19,6 +19,7 @@ import (
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/nemesis/clock"
+	"github.com/splitbrain/splitbrain/nemesis/packet"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
@@ -203,6 +204,28 @@ var (
 		return err == nil && !r.Renews && !r.Session
 	}}
 )
+
+// Renewing: the run's client renews its lease while it holds the lock (a
+// keep-alive, a session heartbeat), so only a renewal that arrives late
+// lets the lease expire under it.
+var Renewing = ClientNeed("a client that renews its lease", func(_ targets.Backend, r targets.Recipe) bool { return r.Renews })
+
+// slowLockLink sets c's packet fault: what a lock holder sends to the lock
+// service delayed by a TTL (± a quarter), from some moment of its critical
+// section on, while the other clients' links stay fast. The renewal sent
+// after the delay sets in lands a TTL later, after the lease has expired:
+// the lock goes to another client while the holder, answered at once and
+// unaware, still works. (Half a TTL is not enough against etcd's client,
+// which resends its keep-alive every 500 ms until answered: a constant
+// delay then only shifts the renewals; only the gap when it sets in counts.)
+func slowLockLink(c *harness.Config) {
+	c.Nemesis, c.Keys, c.Concurrency = packet.Name, 1, 3
+	p := nemesis.SpecOf[*packet.Spec](c.Faults)
+	p.Effects, p.Links, p.Direction, p.Clients = nemesis.List{packet.Latency}, nemesis.List{packet.LinkLock}, packet.To, packet.Holder
+	p.Latency, p.Jitter = c.LeaseTTL, c.LeaseTTL/4
+	c.Work, c.NemesisInterval, c.AcquireTimeout = 4*time.Second, time.Second, 10*time.Second
+	c.FaultMin, c.FaultMax = 5*time.Second, 6*time.Second
+}
 
 // Fencing: the run's client gives fencing tokens (scenarios that run the
 // fenced counter need one; a client without is refused).
@@ -551,6 +574,37 @@ func Catalogue() []Scenario {
 				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), MinLateRejected: 1},
+		},
+		{
+			Name: "delayed-renewal-unfenced", AntiPattern: 5, Needs: []Need{Renewing},
+			Title: "a holder's slow link to the lock service (a TTL ± a quarter on what it sends) delays its renewal past the TTL: the lease expires under a working holder and an unfenced write is lost",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				slowLockLink(c)
+				c.Workload = "unfenced-counter"
+			},
+			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
+		},
+		{
+			Name: "delayed-renewal-fenced", AntiPattern: 0, Needs: []Need{Renewing, Fencing},
+			Title: "the same slow link to the lock service with fencing: the lease still expires under the holder, and its stale write is refused",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				slowLockLink(c)
+				c.Workload = "fenced-counter"
+			},
+			Expect: Expect{Valid: verdict(checkers.Valid)},
+		},
+		{
+			Name: "slow-store-late-write", AntiPattern: 0, Needs: []Need{FixedTTL, Fencing},
+			Title: "a slow link from the holder to the store (¾ TTL on each request it sends): its read lands within its lease, its write after it, behind the next holder's read: fencing refuses the late write",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", packet.Name, 1, 3
+				p := nemesis.SpecOf[*packet.Spec](c.Faults)
+				p.Effects, p.Links, p.Direction, p.Clients = nemesis.List{packet.Latency}, nemesis.List{packet.LinkStore}, packet.To, packet.Holder
+				p.Latency = c.LeaseTTL * 3 / 4
+				c.Work, c.NemesisInterval = 300*time.Millisecond, 2*time.Second
+				c.StoreTimeout = 2 * c.LeaseTTL
+			},
+			Expect: Expect{Valid: verdict(checkers.Valid), MinRejections: 1},
 		},
 		// Known reports (the known-bugs set; docs/zookeeper.md has the
 		// sources, versions and what was observed).

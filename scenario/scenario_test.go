@@ -68,6 +68,10 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		"single-node-restart":  "redis",
 		"busy-vs-unavailable":  "etcd,lockd,zookeeper",
 		"late-writer-drill":    all,
+		// Packet faults: clients that renew; a lease that is not.
+		"delayed-renewal-unfenced": "etcd,lockd,zookeeper",
+		"delayed-renewal-fenced":   "etcd,lockd,zookeeper",
+		"slow-store-late-write":    "redis",
 		// Known bugs: of Redlock (by its shape), and of one client
 		// option (only with that client, named by the set).
 		"redlock-clock-jump":             "redlock",

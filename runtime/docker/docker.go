@@ -241,6 +241,16 @@ func overlaps(p netip.Prefix, used []netip.Prefix) bool {
 // Name implements runtime.Runtime.
 func (r *Runtime) Name() string { return "docker" }
 
+// HostAddr implements runtime.HostAddresser: the run network's gateway,
+// an address of the Docker host on the network's bridge.
+func (r *Runtime) HostAddr() netip.Addr {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.prefix.Addr().Next()
+}
+
+var _ runtime.HostAddresser = (*Runtime)(nil)
+
 // Network is the run's network name; Subnet its address range.
 func (r *Runtime) Network() string { return r.netName }
 
