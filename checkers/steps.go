@@ -161,7 +161,7 @@ func buildSteps(in Input, keepUnobserved bool) (keys []keySteps, dropped, kept i
 	keyIndex := map[string]int{}
 	lastKey, last := "", -1
 	for j := range ops {
-		inv, c := &ops[j].Invoke, ops[j].Complete
+		inv, c := ops[j].Invoke, ops[j].Complete
 		s := step{id: inv.ID, process: int32(max(inv.Process, 0)), call: inv.Time, ret: infinity}
 		switch ops[j].Outcome() {
 		case history.OK:
