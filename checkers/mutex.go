@@ -1,6 +1,7 @@
 package checkers
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sort"
@@ -27,8 +28,17 @@ type Hold struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Holds extracts every hold from a history, in order of start.
+// Holds extracts every hold from a history, in order of start. The slice
+// may be shared with other checkers of the same Input: do not modify it.
 func Holds(in Input) []Hold {
+	if in.memo == nil {
+		return holds(in)
+	}
+	in.memo.holdsOnce.Do(func() { in.memo.holds = holds(in) })
+	return in.memo.holds
+}
+
+func holds(in Input) []Hold {
 	held := func(op *history.Op) bool {
 		return op.Invoke.F == history.FCriticalSection && op.Complete != nil && op.Complete.Acquired != 0
 	}
@@ -55,7 +65,7 @@ func Holds(in Input) []Hold {
 			Outcome: c.Type, Error: c.Error,
 		})
 	}
-	sort.SliceStable(hs, func(i, j int) bool { return hs[i].Start < hs[j].Start })
+	slices.SortStableFunc(hs, func(a, b Hold) int { return cmp.Compare(a.Start, b.Start) })
 	return hs
 }
 
@@ -109,10 +119,15 @@ func (m Mutex) Check(_ context.Context, in Input) Result {
 		d.EarlyOverlaps = -1
 	}
 	byKey := map[string][]Hold{}
-	for _, h := range Holds(in) {
-		byKey[h.Key] = append(byKey[h.Key], h)
-		d.Holds++
+	all := Holds(in)
+	if n := len(all); n > 0 && all[0].Key == all[n-1].Key && !slices.ContainsFunc(all, func(h Hold) bool { return h.Key != all[0].Key }) {
+		byKey[all[0].Key] = all // one key: no copy
+	} else {
+		for _, h := range all {
+			byKey[h.Key] = append(byKey[h.Key], h)
+		}
 	}
+	d.Holds = len(all)
 	keys := make([]string, 0, len(byKey))
 	for k := range byKey {
 		keys = append(keys, k)
@@ -176,11 +191,18 @@ type FencingDetails struct {
 func (Fencing) Check(_ context.Context, in Input) Result {
 	d := &FencingDetails{}
 	byKey := map[string][]Hold{}
-	for _, h := range Holds(in) {
-		byKey[h.Key] = append(byKey[h.Key], h)
+	all := Holds(in)
+	oneKey := len(all) > 0 && !slices.ContainsFunc(all, func(h Hold) bool { return h.Key != all[0].Key })
+	for _, h := range all {
+		if !oneKey {
+			byKey[h.Key] = append(byKey[h.Key], h)
+		}
 		if h.Error == history.ErrStaleToken {
 			d.Rejections++
 		}
+	}
+	if oneKey {
+		byKey[all[0].Key] = all // one key: no copy
 	}
 	d.NonMonotonic = len(TokenViolations(in))
 	for _, hs := range byKey {
