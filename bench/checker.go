@@ -177,16 +177,16 @@ func procStatusKiB(name string) int64 {
 
 // checkerCase is one measured configuration.
 type checkerCase struct {
-	Group   string        `json:"group"`
-	Name    string        `json:"name"`
-	Synth   synth.Options `json:"synth"`
-	Mode    string        `json:"mode"`
-	Keep    bool          `json:"keep_unobserved"`
+	Group string        `json:"group"`
+	Name  string        `json:"name"`
+	Synth synth.Options `json:"synth"`
+	Mode  string        `json:"mode"`
+	Keep  bool          `json:"keep_unobserved"`
 	// PorcupineOnly runs the old path (every key to Porcupine), the
 	// "before" of each before/after pair.
 	PorcupineOnly bool `json:"porcupine_only,omitempty"`
-	Explain bool          `json:"explain,omitempty"`
-	Rounds  int           `json:"rounds"`
+	Explain       bool `json:"explain,omitempty"`
+	Rounds        int  `json:"rounds"`
 	// ASLimitGiB caps the child's address space (0: none).
 	ASLimitGiB float64 `json:"as_limit_gib,omitempty"`
 
