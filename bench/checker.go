@@ -76,7 +76,10 @@ type childResult struct {
 	// parsed and paired, before any checker ran; HWMEndKiB at the end
 	// (VmHWM of /proc/self/status, a cross-check of the parent's Maxrss).
 	HWMAfterParseKiB int64 `json:"hwm_after_parse_kib"`
-	HWMEndKiB        int64 `json:"hwm_end_kib"`
+	// CPUS is the child's user+system CPU time (from its rusage, filled
+	// in by the parent): less sensitive than wall time to a loaded machine.
+	CPUS      float64 `json:"cpu_s"`
+	HWMEndKiB int64   `json:"hwm_end_kib"`
 }
 
 // runCheckerChild: checker-child --file F --mode pipeline|linearizable [--keep] [--timeout] [--explain]
@@ -411,6 +414,7 @@ func measureCase(cs *checkerCase, path string, timeout time.Duration) {
 		rss := int64(0)
 		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 			rss = ru.Maxrss // KiB on Linux
+			r.CPUS = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 		}
 		cs.Runs = append(cs.Runs, r)
 		cs.MaxRSS = append(cs.MaxRSS, rss)
@@ -450,7 +454,7 @@ func printChecker(cases []*checkerCase) {
 	}
 	for _, g := range groups {
 		fmt.Printf("\n## %s\n", titles[g])
-		tw := table(os.Stdout, "case", "MB", "parse s", "pair s", "linearizable s", "other checkers s", "total s (median)", "max", "ops/min", "peak RSS MiB", "RSS after parse MiB", "verdict", "explain s")
+		tw := table(os.Stdout, "case", "MB", "parse s", "pair s", "linearizable s", "other checkers s", "total s (median)", "max", "CPU s", "ops/min", "peak RSS MiB", "RSS after parse MiB", "verdict", "explain s")
 		for _, cs := range cases {
 			if cs.Group != g {
 				continue
@@ -479,6 +483,7 @@ func printChecker(cases []*checkerCase) {
 				fmt.Sprintf("%.3f", medianOf(cs.Runs, func(r childResult) float64 { return r.InputS })),
 				fmt.Sprintf("%.3f", lin), fmt.Sprintf("%.3f", others),
 				fmt.Sprintf("%.3f", cs.TotalS.Median), fmt.Sprintf("%.3f", cs.TotalS.Max),
+				fmt.Sprintf("%.2f", medianOf(cs.Runs, func(r childResult) float64 { return r.CPUS })),
 				fmt.Sprintf("%.2fM", cs.OpsPerMinute/1e6),
 				fmt.Sprintf("%.0f", cs.PeakMiB), fmt.Sprintf("%.0f", cs.ParseMiB), cs.Verdict, explain)
 		}
@@ -514,8 +519,9 @@ func printChecker(cases []*checkerCase) {
 			fmt.Printf("before/after, %s: Porcupine only failed (%s); chain-first %.3fs, peak RSS %.0f MiB\n", after.Name, cs.Err, after.TotalS.Median, after.PeakMiB)
 			continue
 		}
-		fmt.Printf("before/after, %s: whole pipeline x%.2f faster (%.3fs vs %.3fs), linearizable x%.1f faster (%.3fs vs %.3fs), peak RSS x%.2f smaller (%.0f vs %.0f MiB), verdicts %s vs %s\n",
-			after.Name, cs.TotalS.Median/after.TotalS.Median, cs.TotalS.Median, after.TotalS.Median,
+		cpu := func(c *checkerCase) float64 { return medianOf(c.Runs, func(r childResult) float64 { return r.CPUS }) }
+		fmt.Printf("before/after, %s: whole pipeline x%.2f faster (%.3fs vs %.3fs; CPU x%.2f, %.2fs vs %.2fs), linearizable x%.1f faster (%.3fs vs %.3fs), peak RSS x%.2f smaller (%.0f vs %.0f MiB), verdicts %s vs %s\n",
+			after.Name, cs.TotalS.Median/after.TotalS.Median, cs.TotalS.Median, after.TotalS.Median, cpu(cs)/cpu(after), cpu(cs), cpu(after),
 			cs.LinS.Median/after.LinS.Median, cs.LinS.Median, after.LinS.Median,
 			cs.PeakMiB/after.PeakMiB, cs.PeakMiB, after.PeakMiB, cs.Verdict, after.Verdict)
 	}
@@ -590,6 +596,7 @@ type checkCLI struct {
 	Report   bool    `json:"report"`
 	Bytes    int64   `json:"bytes"`
 	WallS    float64 `json:"wall_s"`
+	CPUS     float64 `json:"cpu_s"`
 	PeakMiB  float64 `json:"peak_rss_mib"`
 	PerByte  float64 `json:"peak_per_history_byte"`
 	ExitCode int     `json:"exit"`
@@ -638,6 +645,7 @@ func measureCheckCLI(work string, files map[string]string, cases []*checkerCase)
 			c.ExitCode = cmd.ProcessState.ExitCode()
 			if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 				c.PeakMiB = float64(ru.Maxrss) / 1024
+				c.CPUS = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 			}
 			c.PerByte = c.PeakMiB * (1 << 20) / float64(c.Bytes)
 			if err != nil && c.ExitCode > 2 {
@@ -655,9 +663,9 @@ func printCheckCLI(checks []*checkCLI) {
 		return
 	}
 	fmt.Println("\n## `splitbrain check` (the real command), peak RSS against the history's size")
-	tw := table(os.Stdout, "history", "report.html", "MB", "wall s", "peak RSS MiB", "peak / history size", "exit")
+	tw := table(os.Stdout, "history", "report.html", "MB", "wall s", "CPU s", "peak RSS MiB", "peak / history size", "exit")
 	for _, c := range checks {
-		row(tw, c.Name, fmt.Sprint(c.Report), fmt.Sprintf("%.1f", float64(c.Bytes)/1e6), fmt.Sprintf("%.2f", c.WallS),
+		row(tw, c.Name, fmt.Sprint(c.Report), fmt.Sprintf("%.1f", float64(c.Bytes)/1e6), fmt.Sprintf("%.2f", c.WallS), fmt.Sprintf("%.2f", c.CPUS),
 			fmt.Sprintf("%.0f", c.PeakMiB), fmt.Sprintf("%.2fx", c.PerByte), fmt.Sprint(c.ExitCode))
 	}
 	tw.Flush()
