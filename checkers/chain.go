@@ -18,7 +18,9 @@ import (
 // stretch of the history at most. A write can only follow the state it
 // read, so the writes are ordered as a chain: the one that read (0, 0),
 // then the one that read what it wrote, and so on; along that chain the
-// state's value is its position (0, 1, 2, ...). Hence, with W writes, the
+// state's value is its position (0, 1, 2, ...), which needs only that every
+// write adds one (a key with a write that does not goes to Porcupine).
+// Hence, with W writes, the
 // write that read value v must be the (v+1)-th, there must be exactly one
 // per v < W, and it must have read the exact state the chain holds there;
 // every read must name a state on the chain and goes between the write

@@ -24,10 +24,19 @@ type keySteps struct {
 }
 
 // deterministic reports whether every step of the key is a plain read or a
-// write with a known read, the steps the chain decision handles.
+// write with a known read that wrote one more than it read: the steps the
+// chain decision handles. (The parser refuses any other write; a history
+// built in memory, such as an explanation's window with its synthetic
+// prefix, may hold one, and goes to Porcupine.)
 func (k *keySteps) deterministic() bool {
 	for i := range k.steps {
-		if s := k.steps[i].kind; s != stepRead && s != stepWrite {
+		switch s := &k.steps[i]; s.kind {
+		case stepRead:
+		case stepWrite:
+			if s.write.Value != s.read.Value+1 {
+				return false
+			}
+		default:
 			return false
 		}
 	}
@@ -67,8 +76,13 @@ func newIDIndex(ops []history.Op) idIndex {
 			x.dense[i] = -1
 		}
 		for i := range ops {
-			if id := ops[i].Invoke.ID; id > 0 {
+			if id := ops[i].Invoke.ID; id >= 0 {
 				x.dense[id] = int32(i)
+			} else {
+				if x.sparse == nil {
+					x.sparse = map[int64]int32{} // negative ids (histories built in memory)
+				}
+				x.sparse[id] = int32(i)
 			}
 		}
 		return x
@@ -82,8 +96,8 @@ func newIDIndex(ops []history.Op) idIndex {
 
 // get returns the index of the operation with id, or -1.
 func (x idIndex) get(id int64) int {
-	if x.dense != nil {
-		if id <= 0 || id >= int64(len(x.dense)) {
+	if x.dense != nil && id >= 0 {
+		if id >= int64(len(x.dense)) {
 			return -1
 		}
 		return int(x.dense[id])

@@ -212,21 +212,20 @@ func Pair(events []Event) (ops []Op, faults []Event) {
 		case e.Type == Nemesis:
 			faults = append(faults, *e)
 		case e.Type == Invoke:
-			if dense != nil {
-				if e.ID > 0 {
-					dense[e.ID] = int32(len(ops) + 1)
-				}
+			if dense != nil && e.ID >= 0 {
+				dense[e.ID] = int32(len(ops) + 1)
 			} else {
+				if sparse == nil {
+					sparse = map[int64]int{} // negative ids (histories built in memory)
+				}
 				sparse[e.ID] = len(ops)
 			}
 			ops = append(ops, Op{Invoke: e})
 		case e.IsCompletion():
 			j, ok := -1, false
-			if dense != nil {
-				if e.ID > 0 && e.ID < int64(len(dense)) {
-					j = int(dense[e.ID]) - 1
-					ok = j >= 0
-				}
+			if dense != nil && e.ID >= 0 && e.ID < int64(len(dense)) {
+				j = int(dense[e.ID]) - 1
+				ok = j >= 0
 			} else {
 				j, ok = sparse[e.ID]
 			}
