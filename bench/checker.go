@@ -110,7 +110,7 @@ func runCheckerChild(args []string) error {
 		return err
 	}
 	if *memX > 0 {
-		debug.SetMemoryLimit(max(int64(*memX*float64(st.Size())), 256<<20))
+		debug.SetMemoryLimit(max(int64(*memX*float64(st.Size())), 64<<20))
 	}
 	// history.ReadFile reads and decodes a block at a time: read_s is 0,
 	// parse_s both.
@@ -383,7 +383,7 @@ func measureCase(cs *checkerCase, path string, timeout time.Duration) {
 		if cs.PorcupineOnly {
 			args = append(args, "--porcupine-only")
 		} else {
-			args = append(args, "--mem-limit-x", "3") // as splitbrain check
+			args = append(args, "--mem-limit-x", "2.7") // as splitbrain check
 		}
 		cmd := exec.Command(self, args...)
 		var out, errb bytes.Buffer

@@ -118,15 +118,8 @@ func (m Mutex) Check(_ context.Context, in Input) Result {
 	if m.TTL <= 0 {
 		d.EarlyOverlaps = -1
 	}
-	byKey := map[string][]Hold{}
 	all := Holds(in)
-	if n := len(all); n > 0 && all[0].Key == all[n-1].Key && !slices.ContainsFunc(all, func(h Hold) bool { return h.Key != all[0].Key }) {
-		byKey[all[0].Key] = all // one key: no copy
-	} else {
-		for _, h := range all {
-			byKey[h.Key] = append(byKey[h.Key], h)
-		}
-	}
+	byKey := holdsByKey(all)
 	d.Holds = len(all)
 	keys := make([]string, 0, len(byKey))
 	for k := range byKey {
@@ -134,10 +127,10 @@ func (m Mutex) Check(_ context.Context, in Input) Result {
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		hs := byKey[k]
 		// Sweep in start order, keeping the holds still open.
 		var open []Hold
-		for _, h := range hs {
+		for _, i := range byKey[k] {
+			h := all[i]
 			open = slices.DeleteFunc(open, func(o Hold) bool { return o.End <= h.Start })
 			for _, o := range open {
 				ov := time.Duration(min(o.End, h.End) - h.Start)
@@ -190,33 +183,27 @@ type FencingDetails struct {
 // Check implements [Checker].
 func (Fencing) Check(_ context.Context, in Input) Result {
 	d := &FencingDetails{}
-	byKey := map[string][]Hold{}
 	all := Holds(in)
-	oneKey := len(all) > 0 && !slices.ContainsFunc(all, func(h Hold) bool { return h.Key != all[0].Key })
-	for _, h := range all {
-		if !oneKey {
-			byKey[h.Key] = append(byKey[h.Key], h)
-		}
-		if h.Error == history.ErrStaleToken {
+	for i := range all {
+		if all[i].Error == history.ErrStaleToken {
 			d.Rejections++
 		}
 	}
-	if oneKey {
-		byKey[all[0].Key] = all // one key: no copy
-	}
+	byKey := holdsByKey(all)
 	d.NonMonotonic = len(TokenViolations(in))
 	for _, hs := range byKey {
-		for _, w := range hs {
+		for _, wi := range hs {
+			w := &all[wi]
 			if w.WriteAt == 0 {
 				continue
 			}
 			// The first grant after this hold's (holds are in start order)
 			// is the one to have come before the write, if any did.
-			j := sort.Search(len(hs), func(j int) bool { return hs[j].Start > w.Start })
-			if j == len(hs) || hs[j].Start >= w.WriteAt {
+			j := sort.Search(len(hs), func(j int) bool { return all[hs[j]].Start > w.Start })
+			if j == len(hs) || all[hs[j]].Start >= w.WriteAt {
 				continue
 			}
-			n := hs[j]
+			n := all[hs[j]]
 			d.LateWrites++
 			switch {
 			case w.Error == history.ErrStaleToken:
@@ -225,9 +212,19 @@ func (Fencing) Check(_ context.Context, in Input) Result {
 				d.LateAccepted++
 			}
 			if len(d.Examples) < 10 {
-				d.Examples = append(d.Examples, Overlap{Key: w.Key, First: w, Second: n, Duration: time.Duration(w.WriteAt - n.Start)})
+				d.Examples = append(d.Examples, Overlap{Key: w.Key, First: *w, Second: n, Duration: time.Duration(w.WriteAt - n.Start)})
 			}
 		}
 	}
 	return Result{Verdict: Valid, Judges: false, Details: d}
+}
+
+// holdsByKey lists each key's holds as positions in all (so in start
+// order), without copying the holds.
+func holdsByKey(all []Hold) map[string][]int32 {
+	byKey := map[string][]int32{}
+	for i := range all {
+		byKey[all[i].Key] = append(byKey[all[i].Key], int32(i))
+	}
+	return byKey
 }

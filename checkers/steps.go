@@ -172,6 +172,12 @@ func buildSteps(in Input, keepUnobserved bool) (keys []keySteps, dropped, kept i
 	}
 	// Unknown outcomes end after everything else: nothing is observed later.
 	infinity := in.End + 1
+	// Size each key's steps exactly (growing them by appends would hold
+	// up to twice as much at the end).
+	perKey := map[string]int{}
+	for j := range ops {
+		perKey[ops[j].Invoke.Key]++
+	}
 	keyIndex := map[string]int{}
 	lastKey, last := "", -1
 	for j := range ops {
@@ -225,7 +231,7 @@ func buildSteps(in Input, keepUnobserved bool) (keys []keySteps, dropped, kept i
 			if !ok {
 				k = len(keys)
 				keyIndex[inv.Key] = k
-				keys = append(keys, keySteps{key: inv.Key})
+				keys = append(keys, keySteps{key: inv.Key, steps: make([]step, 0, perKey[inv.Key])})
 			}
 			lastKey, last = inv.Key, k
 		}

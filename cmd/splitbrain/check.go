@@ -76,10 +76,13 @@ func newCheckCmd(_ *globalFlags) *cobra.Command {
 // forms, and the report. docs/performance.md has the measurements.
 const checkBytesPerHistoryByte = 2.5
 
+// checkMemoryLimitPerHistoryByte sets the Go memory limit of a check.
+const checkMemoryLimitPerHistoryByte = 2.7
+
 // planCheckMemory refuses a history whose check would not fit in the
 // memory at hand (budgetMiB, or 90% of MemAvailable), with one line and exit
 // 255 instead of a Go runtime out-of-memory trace, and sets the Go memory
-// limit (unless GOMEMLIMIT is set) to 3× the history's size within the
+// limit (unless GOMEMLIMIT is set) to 2.7× the history's size within the
 // budget, so that the collector keeps the peak near the live data.
 func planCheckMemory(path string, budgetMiB int64) error {
 	st, err := os.Stat(path)
@@ -97,7 +100,10 @@ func planCheckMemory(path string, budgetMiB int64) error {
 			path, size>>20, need>>20, budget>>20)
 	}
 	if os.Getenv("GOMEMLIMIT") == "" {
-		limit := max(3*size, 256<<20)
+		// The peak follows the limit (the collector lets garbage grow up
+		// to it): 2.7× leaves room under the 3× goal for what the runtime
+		// holds outside the heap.
+		limit := max(int64(checkMemoryLimitPerHistoryByte*float64(size)), 64<<20)
 		if budget > 0 {
 			limit = min(limit, budget)
 		}
