@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -75,7 +76,10 @@ type childResult struct {
 	// parsed and paired, before any checker ran; HWMEndKiB at the end
 	// (VmHWM of /proc/self/status, a cross-check of the parent's Maxrss).
 	HWMAfterParseKiB int64 `json:"hwm_after_parse_kib"`
-	HWMEndKiB        int64 `json:"hwm_end_kib"`
+	// CPUS is the child's user+system CPU time (from its rusage, filled
+	// in by the parent): less sensitive than wall time to a loaded machine.
+	CPUS      float64 `json:"cpu_s"`
+	HWMEndKiB int64   `json:"hwm_end_kib"`
 }
 
 // runCheckerChild: checker-child --file F --mode pipeline|linearizable [--keep] [--timeout] [--explain]
@@ -88,6 +92,8 @@ func runCheckerChild(args []string) error {
 	explain := fs.Bool("explain", false, "also run report.Explain")
 	ttl := fs.Duration("ttl", 2*time.Second, "lease TTL given to the checkers")
 	asLimit := fs.Float64("as-limit-gib", 0, "cap this process's address space (RLIMIT_AS), so that a case too big for the machine fails alone")
+	porcOnly := fs.Bool("porcupine-only", false, "the old path: every key to Porcupine, no search budget")
+	memX := fs.Float64("mem-limit-x", 0, "set the Go memory limit to this many times the history's size, as `splitbrain check` does (0: none)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -99,24 +105,30 @@ func runCheckerChild(args []string) error {
 	}
 	var res childResult
 	t0 := time.Now()
-	data, err := os.ReadFile(*file)
+	st, err := os.Stat(*file)
 	if err != nil {
 		return err
 	}
-	t1 := time.Now()
-	events, _, err := history.Parse(data)
+	if *memX > 0 {
+		debug.SetMemoryLimit(max(int64(*memX*float64(st.Size())), 64<<20))
+	}
+	// history.ReadFile reads and decodes a block at a time: read_s is 0,
+	// parse_s both.
+	events, _, err := history.ReadFile(*file)
 	if err != nil {
 		return err
 	}
 	t2 := time.Now()
 	in := checkers.NewInput(events)
 	t3 := time.Now()
-	res.Events, res.Bytes = len(events), len(data)
-	res.ReadS, res.ParseS, res.InputS = t1.Sub(t0).Seconds(), t2.Sub(t1).Seconds(), t3.Sub(t2).Seconds()
+	res.Events, res.Bytes = len(events), int(st.Size())
+	res.ParseS, res.InputS = t2.Sub(t0).Seconds(), t3.Sub(t2).Seconds()
 	res.HWMAfterParseKiB = procStatusKiB("VmHWM")
-	data = nil
 
 	opts := checkers.LinearizableOptions{Timeout: *timeout, KeepUnobserved: *keep}
+	if *porcOnly {
+		opts.PorcupineOnly, opts.SearchBudget = true, -1
+	}
 	var cs []checkers.Checker
 	if *mode == "linearizable" {
 		cs = []checkers.Checker{checkers.NewLinearizable(opts)}
@@ -168,13 +180,16 @@ func procStatusKiB(name string) int64 {
 
 // checkerCase is one measured configuration.
 type checkerCase struct {
-	Group   string        `json:"group"`
-	Name    string        `json:"name"`
-	Synth   synth.Options `json:"synth"`
-	Mode    string        `json:"mode"`
-	Keep    bool          `json:"keep_unobserved"`
-	Explain bool          `json:"explain,omitempty"`
-	Rounds  int           `json:"rounds"`
+	Group string        `json:"group"`
+	Name  string        `json:"name"`
+	Synth synth.Options `json:"synth"`
+	Mode  string        `json:"mode"`
+	Keep  bool          `json:"keep_unobserved"`
+	// PorcupineOnly runs the old path (every key to Porcupine), the
+	// "before" of each before/after pair.
+	PorcupineOnly bool `json:"porcupine_only,omitempty"`
+	Explain       bool `json:"explain,omitempty"`
+	Rounds        int  `json:"rounds"`
 	// ASLimitGiB caps the child's address space (0: none).
 	ASLimitGiB float64 `json:"as_limit_gib,omitempty"`
 
@@ -196,6 +211,7 @@ type checkerCase struct {
 
 type checkerData struct {
 	Cases []*checkerCase `json:"cases"`
+	Check []*checkCLI    `json:"check_cli"`
 }
 
 func runChecker(args []string) error {
@@ -229,30 +245,40 @@ func runChecker(args []string) error {
 		}
 		cases = append(cases, &checkerCase{Group: group, Name: name, Synth: o, Mode: mode, Keep: keep, Explain: explain, Rounds: r})
 	}
+	// Each main case runs twice: chain-first (today's checker) and
+	// Porcupine only (the old path, named "..., Porcupine only"), side by
+	// side, so that the ratios below compare them within one run.
+	both := func(group, name string, o synth.Options, explain bool, r int, capGiB float64) {
+		add(group, name, o, "pipeline", false, explain, r)
+		add(group, name+", Porcupine only", o, "pipeline", false, explain, r)
+		if len(cases) > 0 && o.Ops > 0 {
+			cases[len(cases)-1].PorcupineOnly = true
+			cases[len(cases)-1].ASLimitGiB = capGiB
+		}
+	}
 	// Throughput and growth: valid histories split across 64 keys, the
 	// whole pipeline (parse the file, pair, every checker of a run).
 	for _, n := range []int{10_000, 100_000, big} {
-		add("size", fmt.Sprintf("%d ops, 64 keys", n), synth.Options{Ops: n, Keys: 64, Clients: 20, Seed: 1}, "pipeline", false, false, *rounds)
+		r := *rounds
+		if n == big {
+			r = 1
+		}
+		both("size", fmt.Sprintf("%d ops, 64 keys", n), synth.Options{Ops: n, Keys: 64, Clients: 20, Seed: 1}, false, r, 12)
 	}
 	// Keys: Porcupine's cost per key grows with the square of the key's
-	// operations (see docs/performance.md), so fewer keys cost more.
-	for _, k := range []int{3, 16} {
-		add("keys", fmt.Sprintf("100000 ops, %d keys", k), synth.Options{Ops: 100_000, Keys: k, Clients: 5, Seed: 1}, "pipeline", false, false, *rounds)
-	}
-	add("keys", "300000 ops, 3 keys", synth.Options{Ops: 300_000, Keys: 3, Clients: 5, Seed: 1}, "pipeline", false, false, 1)
+	// operations (see docs/performance.md), so fewer keys cost more; the
+	// chain's does not. Porcupine alone on 1M operations on one key runs
+	// capped, so that it fails alone instead of driving the machine into
+	// swap or the OOM killer.
+	both("keys", "100000 ops, 3 keys", synth.Options{Ops: 100_000, Keys: 3, Clients: 5, Seed: 1}, false, *rounds, 12)
 	if big > 0 {
-		add("keys", "1000000 ops, 16 keys", synth.Options{Ops: big, Keys: 16, Clients: 20, Seed: 1}, "pipeline", false, false, 1)
-		// 333k operations per key: Porcupine's cache alone would take
-		// about (333k)²/8 = 14 GB per key, two keys at once. Run it capped,
-		// so that it fails alone instead of driving the machine into swap
-		// or the OOM killer.
-		add("keys", "1000000 ops, 3 keys (address space capped at 12 GiB)", synth.Options{Ops: big, Keys: 3, Clients: 5, Seed: 1}, "pipeline", false, false, 1)
-		cases[len(cases)-1].ASLimitGiB = 12
+		both("keys", "1000000 ops, 1 key", synth.Options{Ops: big, Keys: 1, Clients: 5, Seed: 1}, false, 1, 6)
+		add("keys", "1000000 ops, 3 keys", synth.Options{Ops: big, Keys: 3, Clients: 5, Seed: 1}, "pipeline", false, false, 1)
 	}
 	// A violation: the whole pipeline and report.Explain.
-	add("violation", "100000 ops, 64 keys, 1 lost update", synth.Options{Ops: 100_000, Keys: 64, Clients: 20, Violation: true, Seed: 3}, "pipeline", false, true, *rounds)
-	add("violation", "1000000 ops, 64 keys, 1 lost update", synth.Options{Ops: big, Keys: 64, Clients: 20, Violation: true, Seed: 3}, "pipeline", false, true, 1)
-	add("violation", "100000 ops, 3 keys, 1 lost update", synth.Options{Ops: 100_000, Keys: 3, Clients: 5, Violation: true, Seed: 3}, "pipeline", false, true, *rounds)
+	both("violation", "100000 ops, 64 keys, 1 lost update", synth.Options{Ops: 100_000, Keys: 64, Clients: 20, Violation: true, Seed: 3}, true, *rounds, 12)
+	both("violation", "1000000 ops, 64 keys, 1 lost update", synth.Options{Ops: big, Keys: 64, Clients: 20, Violation: true, Seed: 3}, true, 1, 12)
+	add("violation", "1000000 ops, 1 key, 1 lost update", synth.Options{Ops: big, Keys: 1, Clients: 5, Violation: true, Seed: 3}, "pipeline", false, true, 1)
 	// Unknown outcomes nobody observed: dropped (the default) vs kept as
 	// may-or-may-not-apply steps; valid and violating histories.
 	for _, viol := range []bool{false, true} {
@@ -297,8 +323,10 @@ func runChecker(args []string) error {
 		logf("case %s / %s (%d rounds)", cs.Group, cs.Name, cs.Rounds)
 		measureCase(cs, path, *timeout)
 	}
+	checks := measureCheckCLI(work, files, cases)
 	printChecker(cases)
-	return c.finish(checkerTargets(cases), checkerData{Cases: cases})
+	printCheckCLI(checks)
+	return c.finish(append(checkerTargets(cases), checkCLITargets(checks)...), checkerData{Cases: cases, Check: checks})
 }
 
 // writeSynth writes a synthetic history as a run writes history.jsonl (one
@@ -352,6 +380,11 @@ func measureCase(cs *checkerCase, path string, timeout time.Duration) {
 		if cs.ASLimitGiB > 0 {
 			args = append(args, "--as-limit-gib", fmt.Sprint(cs.ASLimitGiB))
 		}
+		if cs.PorcupineOnly {
+			args = append(args, "--porcupine-only")
+		} else {
+			args = append(args, "--mem-limit-x", "2.7") // as splitbrain check
+		}
 		cmd := exec.Command(self, args...)
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
@@ -381,6 +414,7 @@ func measureCase(cs *checkerCase, path string, timeout time.Duration) {
 		rss := int64(0)
 		if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 			rss = ru.Maxrss // KiB on Linux
+			r.CPUS = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 		}
 		cs.Runs = append(cs.Runs, r)
 		cs.MaxRSS = append(cs.MaxRSS, rss)
@@ -420,7 +454,7 @@ func printChecker(cases []*checkerCase) {
 	}
 	for _, g := range groups {
 		fmt.Printf("\n## %s\n", titles[g])
-		tw := table(os.Stdout, "case", "MB", "parse s", "pair s", "linearizable s", "other checkers s", "total s (median)", "max", "ops/min", "peak RSS MiB", "RSS after parse MiB", "verdict", "explain s")
+		tw := table(os.Stdout, "case", "MB", "parse s", "pair s", "linearizable s", "other checkers s", "total s (median)", "max", "CPU s", "ops/min", "peak RSS MiB", "RSS after parse MiB", "verdict", "explain s")
 		for _, cs := range cases {
 			if cs.Group != g {
 				continue
@@ -449,6 +483,7 @@ func printChecker(cases []*checkerCase) {
 				fmt.Sprintf("%.3f", medianOf(cs.Runs, func(r childResult) float64 { return r.InputS })),
 				fmt.Sprintf("%.3f", lin), fmt.Sprintf("%.3f", others),
 				fmt.Sprintf("%.3f", cs.TotalS.Median), fmt.Sprintf("%.3f", cs.TotalS.Max),
+				fmt.Sprintf("%.2f", medianOf(cs.Runs, func(r childResult) float64 { return r.CPUS })),
 				fmt.Sprintf("%.2fM", cs.OpsPerMinute/1e6),
 				fmt.Sprintf("%.0f", cs.PeakMiB), fmt.Sprintf("%.0f", cs.ParseMiB), cs.Verdict, explain)
 		}
@@ -471,11 +506,29 @@ func printChecker(cases []*checkerCase) {
 		}
 		fmt.Printf("%s: time x%.1f, peak RSS x%.1f (%s vs %s)\n", label, x.TotalS.Median/y.TotalS.Median, x.PeakMiB/y.PeakMiB, a, b)
 	}
+	// Before/after: Porcupine only (the old path) over chain-first.
+	for _, cs := range cases {
+		if !cs.PorcupineOnly {
+			continue
+		}
+		after := find(strings.TrimSuffix(cs.Name, ", Porcupine only"))
+		if after == nil {
+			continue
+		}
+		if len(cs.Runs) == 0 {
+			fmt.Printf("before/after, %s: Porcupine only failed (%s); chain-first %.3fs, peak RSS %.0f MiB\n", after.Name, cs.Err, after.TotalS.Median, after.PeakMiB)
+			continue
+		}
+		cpu := func(c *checkerCase) float64 { return medianOf(c.Runs, func(r childResult) float64 { return r.CPUS }) }
+		fmt.Printf("before/after, %s: whole pipeline x%.2f faster (%.3fs vs %.3fs; CPU x%.2f, %.2fs vs %.2fs), linearizable x%.1f faster (%.3fs vs %.3fs), peak RSS x%.2f smaller (%.0f vs %.0f MiB), verdicts %s vs %s\n",
+			after.Name, cs.TotalS.Median/after.TotalS.Median, cs.TotalS.Median, after.TotalS.Median, cpu(cs)/cpu(after), cpu(cs), cpu(after),
+			cs.LinS.Median/after.LinS.Median, cs.LinS.Median, after.LinS.Median,
+			cs.PeakMiB/after.PeakMiB, cs.PeakMiB, after.PeakMiB, cs.Verdict, after.Verdict)
+	}
 	ratio("100k vs 10k ops (x10 ops)", "100000 ops, 64 keys", "10000 ops, 64 keys")
 	ratio("1M vs 100k ops (x10 ops)", "1000000 ops, 64 keys", "100000 ops, 64 keys")
 	ratio("3 vs 64 keys at 100k ops", "100000 ops, 3 keys", "100000 ops, 64 keys")
-	ratio("300k vs 100k ops on 3 keys (x3 ops)", "300000 ops, 3 keys", "100000 ops, 3 keys")
-	ratio("16 vs 64 keys at 1M ops", "1000000 ops, 16 keys", "1000000 ops, 64 keys")
+	ratio("1 vs 64 keys at 1M ops", "1000000 ops, 1 key", "1000000 ops, 64 keys")
 	for _, g := range []string{"unknowns", "unknowns-violation"} {
 		for _, cs := range cases {
 			if cs.Group != g || cs.Keep || len(cs.Runs) == 0 {
@@ -494,9 +547,26 @@ func printChecker(cases []*checkerCase) {
 
 func checkerTargets(cases []*checkerCase) []Target {
 	var out []Target
+	for _, w := range []struct {
+		name, want string
+		secs, gib  float64
+	}{
+		{"1000000 ops, 1 key", "< 3 s, < 1 GiB, valid", 3, 1},
+		{"1000000 ops, 64 keys", "< 4 s, valid", 4, 0},
+	} {
+		t := Target{Name: "whole pipeline, " + w.name, Want: w.want}
+		for _, cs := range cases {
+			if cs.Name == w.name && len(cs.Runs) > 0 {
+				t.Measured, t.Value = true, cs.TotalS.Median
+				t.Met = cs.TotalS.Median < w.secs && cs.Verdict == "valid" && (w.gib == 0 || cs.PeakMiB < w.gib*1024)
+				t.Got = fmt.Sprintf("%.2fs (CPU-bound; see the load in the header), peak %.0f MiB", cs.TotalS.Median, cs.PeakMiB)
+			}
+		}
+		out = append(out, t)
+	}
 	t := Target{Name: "checker throughput (1M ops, 64 keys, whole pipeline)", Want: ">= 1,000,000 ops/min"}
 	for _, cs := range cases {
-		if cs.Group == "size" && cs.Synth.Ops == 1_000_000 && len(cs.Runs) > 0 {
+		if cs.Group == "size" && cs.Synth.Ops == 1_000_000 && !cs.PorcupineOnly && len(cs.Runs) > 0 {
 			t.Measured, t.Value = true, cs.OpsPerMinute
 			t.Met = cs.OpsPerMinute >= 1e6 && cs.Verdict == "valid"
 			t.Got = fmt.Sprintf("%.2fM ops/min (%.2fs, peak %.0f MiB)", cs.OpsPerMinute/1e6, cs.TotalS.Median, cs.PeakMiB)
@@ -504,7 +574,7 @@ func checkerTargets(cases []*checkerCase) []Target {
 	}
 	out = append(out, t)
 	for _, cs := range cases {
-		if cs.Group != "violation" {
+		if cs.Group != "violation" || cs.PorcupineOnly {
 			continue
 		}
 		v := Target{Name: "violation reported (" + cs.Name + ")", Want: "< 5 s, invalid"}
@@ -517,4 +587,106 @@ func checkerTargets(cases []*checkerCase) []Target {
 		out = append(out, v)
 	}
 	return out
+}
+
+// checkCLI is one run of the real `splitbrain check` on a generated
+// history: its peak RSS against the history's size.
+type checkCLI struct {
+	Name     string  `json:"name"`
+	Report   bool    `json:"report"`
+	Bytes    int64   `json:"bytes"`
+	WallS    float64 `json:"wall_s"`
+	CPUS     float64 `json:"cpu_s"`
+	PeakMiB  float64 `json:"peak_rss_mib"`
+	PerByte  float64 `json:"peak_per_history_byte"`
+	ExitCode int     `json:"exit"`
+	Err      string  `json:"error,omitempty"`
+}
+
+// measureCheckCLI builds the splitbrain command and checks the 1M-operation
+// histories (and the 100k one) with it, without and with report.html.
+func measureCheckCLI(work string, files map[string]string, cases []*checkerCase) []*checkCLI {
+	bin := filepath.Join(work, "splitbrain")
+	if out, err := exec.Command("go", "build", "-o", bin, "./cmd/splitbrain").CombinedOutput(); err != nil {
+		logf("splitbrain check not measured: go build: %v: %s", err, out)
+		return nil
+	}
+	var out []*checkCLI
+	seen := map[string]bool{}
+	for _, cs := range cases {
+		if cs.PorcupineOnly || cs.Mode != "pipeline" || (cs.Synth.Ops != 1_000_000 && cs.Name != "100000 ops, 64 keys") || seen[cs.Name] {
+			continue
+		}
+		seen[cs.Name] = true
+		path := files[fmt.Sprintf("%+v", cs.Synth)]
+		dir := filepath.Join(work, fmt.Sprintf("check%d", len(seen)))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			continue
+		}
+		if err := os.Symlink(path, filepath.Join(dir, "history.jsonl")); err != nil {
+			continue
+		}
+		st, err := os.Stat(path)
+		if err != nil {
+			continue
+		}
+		for _, withReport := range []bool{false, true} {
+			c := &checkCLI{Name: cs.Name, Report: withReport, Bytes: st.Size()}
+			args := []string{"check", dir}
+			if !withReport {
+				args = []string{"check", "--no-report", dir}
+			}
+			cmd := exec.Command(bin, args...)
+			var errb bytes.Buffer
+			cmd.Stderr = &errb
+			start := time.Now()
+			err := cmd.Run()
+			c.WallS = time.Since(start).Seconds()
+			c.ExitCode = cmd.ProcessState.ExitCode()
+			if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+				c.PeakMiB = float64(ru.Maxrss) / 1024
+				c.CPUS = time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+			}
+			c.PerByte = c.PeakMiB * (1 << 20) / float64(c.Bytes)
+			if err != nil && c.ExitCode > 2 {
+				c.Err = strings.TrimSpace(errb.String())
+			}
+			logf("splitbrain check %s (report %v): %.2fs, peak RSS %.0f MiB = %.2fx the history, exit %d", c.Name, withReport, c.WallS, c.PeakMiB, c.PerByte, c.ExitCode)
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func printCheckCLI(checks []*checkCLI) {
+	if len(checks) == 0 {
+		return
+	}
+	fmt.Println("\n## `splitbrain check` (the real command), peak RSS against the history's size")
+	tw := table(os.Stdout, "history", "report.html", "MB", "wall s", "CPU s", "peak RSS MiB", "peak / history size", "exit")
+	for _, c := range checks {
+		row(tw, c.Name, fmt.Sprint(c.Report), fmt.Sprintf("%.1f", float64(c.Bytes)/1e6), fmt.Sprintf("%.2f", c.WallS), fmt.Sprintf("%.2f", c.CPUS),
+			fmt.Sprintf("%.0f", c.PeakMiB), fmt.Sprintf("%.2fx", c.PerByte), fmt.Sprint(c.ExitCode))
+	}
+	tw.Flush()
+}
+
+func checkCLITargets(checks []*checkCLI) []Target {
+	t := Target{Name: "peak memory of `splitbrain check --no-report`, 1M ops", Want: "<= 3x the history's size"}
+	tr := Target{Name: "peak memory of `splitbrain check` with report.html, 1M ops", Want: "<= 3x the history's size"}
+	for _, c := range checks {
+		if !strings.HasPrefix(c.Name, "1000000 ") {
+			continue
+		}
+		tt := &t
+		if c.Report {
+			tt = &tr
+		}
+		if !tt.Measured || c.PerByte > tt.Value {
+			tt.Measured, tt.Value = true, c.PerByte
+			tt.Met = c.PerByte <= 3 && c.Err == ""
+			tt.Got = fmt.Sprintf("worst %.2fx (%s: %.0f MiB for %.0f MB)", c.PerByte, c.Name, c.PeakMiB, float64(c.Bytes)/1e6)
+		}
+	}
+	return []Target{t, tr}
 }

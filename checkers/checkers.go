@@ -24,6 +24,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/splitbrain/splitbrain/history"
@@ -100,16 +101,29 @@ type Input struct {
 	Faults []history.Event
 	// End is the time of the last event.
 	End int64
+
+	// memo keeps what several checkers derive from the same history
+	// (holds, token violations), computed once; nil in an Input built by
+	// hand, which then computes them each time.
+	memo *inputMemo
+}
+
+// inputMemo is an Input's derived data, computed on first use.
+type inputMemo struct {
+	holdsOnce, tokensOnce sync.Once
+	holds                 []Hold
+	violations            []TokenViolation
+	grants                int
 }
 
 // NewInput pairs a history's events.
 func NewInput(events []history.Event) Input {
 	ops, faults := history.Pair(events)
 	var end int64
-	for _, e := range events {
-		end = max(end, e.Time)
+	for i := range events {
+		end = max(end, events[i].Time)
 	}
-	return Input{Ops: ops, Faults: faults, End: end}
+	return Input{Ops: ops, Faults: faults, End: end, memo: &inputMemo{}}
 }
 
 // Checker judges one aspect of a history.
@@ -278,13 +292,9 @@ func Check(ctx context.Context, in Input, cs ...Checker) Report {
 // unknown outcome but seen by a read) never passes.
 func NothingTested(in Input) string {
 	var cs, tried int
-	observed := map[int64]bool{}
-	for _, op := range in.Ops {
-		if c := op.Complete; c != nil && c.Read != nil {
-			observed[c.Read.Tag] = true
-		}
-	}
-	for _, op := range in.Ops {
+	var observed map[int64]bool // built when first needed
+	for i := range in.Ops {
+		op := &in.Ops[i]
 		if op.Invoke.F != history.FCriticalSection {
 			continue
 		}
@@ -295,6 +305,14 @@ func NothingTested(in Input) string {
 		case history.Fail:
 			tried++
 		default:
+			if observed == nil {
+				observed = map[int64]bool{}
+				for _, op := range in.Ops {
+					if c := op.Complete; c != nil && c.Read != nil {
+						observed[c.Read.Tag] = true
+					}
+				}
+			}
 			if observed[op.Invoke.ID] {
 				return ""
 			}

@@ -92,7 +92,8 @@ type FenceOrderDetails struct {
 // Grants extracts every grant with a token, by key, in invocation order.
 func Grants(in Input) map[string][]Grant {
 	out := map[string][]Grant{}
-	for _, op := range in.Ops {
+	for i := range in.Ops {
+		op := &in.Ops[i]
 		c := op.Complete
 		if op.Invoke.F != history.FCriticalSection || c == nil || c.Token == 0 {
 			continue
@@ -113,11 +114,30 @@ func Grants(in Input) map[string][]Grant {
 }
 
 // TokenViolations returns every grant whose token is not above the token
-// of a grant known to precede it (see [FenceOrder]), in time order.
+// of a grant known to precede it (see [FenceOrder]), in time order. The
+// slice may be shared with other checkers of the same Input: do not modify
+// it.
 func TokenViolations(in Input) []TokenViolation {
+	vs, _ := tokenViolations(in)
+	return vs
+}
+
+// tokenViolations is TokenViolations and the number of grants.
+func tokenViolations(in Input) ([]TokenViolation, int) {
+	if in.memo == nil {
+		return computeTokenViolations(in)
+	}
+	m := in.memo
+	m.tokensOnce.Do(func() { m.violations, m.grants = computeTokenViolations(in) })
+	return m.violations, m.grants
+}
+
+func computeTokenViolations(in Input) ([]TokenViolation, int) {
 	var out []TokenViolation
+	grants := 0
 	flagged := map[int64]bool{}
 	for key, gs := range Grants(in) {
+		grants += len(gs)
 		byKnown := slices.Clone(gs)
 		slices.SortStableFunc(byKnown, func(a, b Grant) int { return cmp.Compare(a.Known, b.Known) })
 		slices.SortStableFunc(gs, func(a, b Grant) int { return cmp.Compare(a.Invoke, b.Invoke) })
@@ -141,14 +161,28 @@ func TokenViolations(in Input) []TokenViolation {
 		}
 		// Two grants to different clients never share a token, whatever
 		// their order: whichever came first, the other's must be greater.
-		first := map[uint64]*Grant{}
-		for i := range byKnown {
-			g := &byKnown[i]
-			f, ok := first[g.Token]
-			switch {
-			case !ok:
-				first[g.Token] = g
-			case f.Client != g.Client && !flagged[g.ID]:
+		// Group by token (sorting positions in known order, so that each
+		// group starts with its first grant), then report in known order.
+		pos := make([]int32, len(byKnown))
+		for i := range pos {
+			pos[i] = int32(i)
+		}
+		slices.SortStableFunc(pos, func(a, b int32) int { return cmp.Compare(byKnown[a].Token, byKnown[b].Token) })
+		var shared []int32
+		for i := 1; i < len(pos); i++ {
+			g := &byKnown[pos[i]]
+			if g.Token != byKnown[pos[i-1]].Token {
+				continue
+			}
+			shared = append(shared, pos[i])
+		}
+		slices.Sort(shared)
+		for _, p := range shared {
+			g := &byKnown[p]
+			// The group's first: the lowest position with this token.
+			j, _ := slices.BinarySearchFunc(pos, g.Token, func(q int32, t uint64) int { return cmp.Compare(byKnown[q].Token, t) })
+			f := &byKnown[pos[j]]
+			if f.Client != g.Client && !flagged[g.ID] {
 				out = append(out, TokenViolation{Key: key, Grant: *g, Earlier: *f})
 				flagged[g.ID] = true
 			}
@@ -157,16 +191,14 @@ func TokenViolations(in Input) []TokenViolation {
 	slices.SortStableFunc(out, func(a, b TokenViolation) int {
 		return cmp.Or(cmp.Compare(a.Grant.Known, b.Grant.Known), cmp.Compare(a.Key, b.Key))
 	})
-	return out
+	return out, grants
 }
 
 // Check implements [Checker].
 func (FenceOrder) Check(_ context.Context, in Input) Result {
 	d := &FenceOrderDetails{}
-	for _, gs := range Grants(in) {
-		d.Grants += len(gs)
-	}
-	vs := TokenViolations(in)
+	vs, grants := tokenViolations(in)
+	d.Grants = grants
 	d.Violations = len(vs)
 	d.Examples = vs[:min(len(vs), 10)]
 	if len(vs) == 0 {

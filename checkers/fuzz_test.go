@@ -33,7 +33,8 @@ const (
 // swapped, a token lowered, a completion dropped, an impossible or negative
 // value read, a read made stale), and the verdict must agree with brute
 // force: a value no sequence of increments reaches is never valid, a token
-// not above a grant known to precede it is never valid.
+// not above a grant known to precede it is never valid. The linearizable
+// checker's chain-first verdict must equal Porcupine's alone.
 func FuzzCheck(f *testing.F) {
 	seeds, _ := filepath.Glob("testdata/*/history.jsonl")
 	for _, s := range seeds {
@@ -75,6 +76,13 @@ func FuzzCheck(f *testing.F) {
 		}
 		if rep.Valid != Valid && len(rep.Reasons) == 0 {
 			t.Fatalf("verdict %v without a reason", rep.Valid)
+		}
+		// The chain-first linearizable checker agrees with Porcupine alone
+		// (when neither ran out of time).
+		got := rep.Checkers["linearizable"]
+		ref := NewLinearizable(LinearizableOptions{Timeout: time.Second, PorcupineOnly: true}).Check(ctx, in)
+		if got.Verdict != Unknown && ref.Verdict != Unknown && (got.Verdict != ref.Verdict || got.Reason != ref.Reason) {
+			t.Fatalf("chain-first: %v %q; Porcupine alone: %v %q", got.Verdict, got.Reason, ref.Verdict, ref.Reason)
 		}
 		if imp := bruteImpossible(in); imp != "" && rep.Valid != Invalid {
 			t.Fatalf("%s, yet the verdict is %v", imp, rep.Valid)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -129,12 +131,25 @@ type LinearizableOptions struct {
 	// KeepUnobserved keeps unknown-outcome writes that no read observed,
 	// as "may or may not have applied" steps of a nondeterministic model,
 	// on every key instead of only on keys with blind writes (see
-	// modelOps). The verdict is the same; the search grows exponentially
+	// buildSteps). The verdict is the same; the search grows exponentially
 	// with them. It exists to measure what dropping saves.
 	KeepUnobserved bool
+	// PorcupineOnly skips the chain decision and gives every key to
+	// Porcupine: the reference the chain is tested against, and the old
+	// path for benchmarks.
+	PorcupineOnly bool
+	// SearchBudget bounds the memory Porcupine may need for one key,
+	// estimated as n²/8 bytes for n operations (its cache keeps an n-bit
+	// set per step); a key over it is Unknown, not searched. Zero means
+	// 2 GiB (or half the Go memory limit when one is set and lower);
+	// negative means no bound.
+	SearchBudget int64
 }
 
-// Linearizable checks the critical sections with Porcupine.
+// Linearizable checks the critical sections: first by the chain decision
+// (chain.go), which decides in linear time every key whose write order the
+// unique write tags force, then with Porcupine for the keys it cannot (blind
+// or kept unknown-outcome writes make the order ambiguous).
 type Linearizable struct {
 	opts LinearizableOptions
 }
@@ -150,6 +165,12 @@ func NewLinearizable(opts LinearizableOptions) Linearizable {
 	if opts.VisualizeLimit <= 0 {
 		opts.VisualizeLimit = 20000
 	}
+	if opts.SearchBudget == 0 {
+		opts.SearchBudget = 2 << 30
+		if lim := debug.SetMemoryLimit(-1); lim > 0 && lim < math.MaxInt64 && lim/2 < opts.SearchBudget {
+			opts.SearchBudget = lim / 2
+		}
+	}
 	return Linearizable{opts: opts}
 }
 
@@ -158,7 +179,7 @@ func (Linearizable) Name() string { return "linearizable" }
 
 // LinearizableDetails is the linearizable section of results.json.
 type LinearizableDetails struct {
-	// Checked is the number of operations given to Porcupine.
+	// Checked is the number of operations checked (both stages).
 	Checked int `json:"checked"`
 	// DroppedUnknown counts unknown-outcome writes never observed by a read;
 	// they may be taken as never having happened, so they are left out,
@@ -169,131 +190,20 @@ type LinearizableDetails struct {
 	KeptUnknown int `json:"kept_unknown"`
 	// Keys is the number of keys (independent partitions).
 	Keys int `json:"keys"`
+	// ChainKeys counts the keys the chain decision decided; SearchedKeys
+	// those given to Porcupine.
+	ChainKeys    int `json:"chain_keys"`
+	SearchedKeys int `json:"searched_keys"`
 	// IllegalKeys and UnknownKeys name the keys with a violation, or whose
-	// check timed out.
+	// check timed out (or would not fit the search budget).
 	IllegalKeys []string `json:"illegal_keys,omitempty"`
 	UnknownKeys []string `json:"unknown_keys,omitempty"`
+	// Anomalies explain the illegal keys, one each, in key order.
+	Anomalies []LinearAnomaly `json:"anomalies,omitempty"`
 	// Duration is how long the check took.
 	Duration time.Duration `json:"duration_ns"`
 
-	ops []porcupine.Operation
-}
-
-// modelOps converts a paired history into Porcupine operations.
-//
-// An unknown-outcome write that no read of its key observed may be taken as
-// never having happened, and is dropped (and counted), which keeps
-// Porcupine's search small — except on a key with blind writes (observed
-// unknown outcomes whose read is not known): a blind write of v must follow
-// a state of v-1, which an unobserved write may have made, so there every
-// unobserved unknown write stays, as a step that may or may not apply.
-// keepUnobserved keeps them on every key.
-func modelOps(in Input, keepUnobserved bool) (ops []porcupine.Operation, dropped, kept int) {
-	keyOf := make(map[int64]string, len(in.Ops))
-	for _, op := range in.Ops {
-		if op.Invoke.F == history.FCriticalSection {
-			keyOf[op.Invoke.ID] = op.Invoke.Key
-		}
-	}
-	// observed maps a tag to the value a read of the same key saw.
-	observed := make(map[int64]history.Value)
-	for _, op := range in.Ops {
-		if c := op.Complete; c != nil && c.Read != nil && c.Read.Tag != 0 {
-			if k, ok := keyOf[c.Read.Tag]; ok && k == op.Invoke.Key {
-				if _, seen := observed[c.Read.Tag]; !seen {
-					observed[c.Read.Tag] = *c.Read
-				}
-			}
-		}
-	}
-	// seenBy is when a read of the same key that saw the tag completed (the
-	// earliest such read): the write happened before it.
-	seenBy := make(map[int64]int64)
-	for _, op := range in.Ops {
-		if c := op.Complete; c != nil && c.Read != nil && c.Type != history.Info {
-			if _, ok := observed[c.Read.Tag]; ok && keyOf[c.Read.Tag] == op.Invoke.Key {
-				if t, seen := seenBy[c.Read.Tag]; !seen || c.Time < t {
-					seenBy[c.Read.Tag] = c.Time
-				}
-			}
-		}
-	}
-	// blindUntil is, per key with blind writes, the last moment a blind
-	// write can have happened (its earliest observer's completion, or the
-	// end). An unobserved write can only matter by preceding a blind one
-	// (nothing else reads its tag), so one invoked after that moment is
-	// dropped like any other.
-	blindUntil := map[string]int64{}
-	for _, op := range in.Ops {
-		if op.Invoke.F == history.FCriticalSection && isUnknown(op) && (op.Complete == nil || op.Complete.Read == nil) {
-			if _, ok := observed[op.Invoke.ID]; ok {
-				until, seen := seenBy[op.Invoke.ID]
-				if !seen {
-					until = in.End + 1 // seen only by unknown outcomes
-				}
-				blindUntil[op.Invoke.Key] = max(blindUntil[op.Invoke.Key], until)
-			}
-		}
-	}
-	// Unknown outcomes end after everything else: nothing is observed later.
-	infinity := in.End + 1
-	ops = make([]porcupine.Operation, 0, len(in.Ops))
-	for _, op := range in.Ops {
-		inv, c := op.Invoke, op.Complete
-		mi := modelInput{key: inv.Key, id: inv.ID}
-		ret := infinity
-		switch op.Outcome() {
-		case history.OK:
-			ret = c.Time
-			switch {
-			case inv.F == history.FRead && c.Read != nil:
-				mi.kind, mi.read = stepRead, *c.Read
-			case c.Read != nil && c.Write != nil:
-				mi.kind, mi.read, mi.write = stepWrite, *c.Read, *c.Write
-			default:
-				continue // refused by the parser; nothing to judge
-			}
-		case history.Fail:
-			ret = c.Time
-			if c.Read == nil {
-				continue // nothing observed, nothing done
-			}
-			mi.kind, mi.read = stepRead, *c.Read
-		default: // Info, or never completed
-			if inv.F != history.FCriticalSection {
-				continue
-			}
-			var read *history.Value
-			if c != nil && c.Read != nil {
-				read = c.Read
-				mi.read, mi.write = *read, history.Value{Value: read.Value + 1, Tag: inv.ID}
-			}
-			if _, ok := observed[inv.ID]; !ok {
-				if until, blind := blindUntil[inv.Key]; !keepUnobserved && (!blind || inv.Time >= until) {
-					dropped++
-					continue
-				}
-				mi.kind = stepMaybe
-				if read == nil {
-					mi.kind = stepMaybeBlind
-				}
-				break
-			}
-			kept++
-			if read != nil {
-				mi.kind = stepWrite
-			} else {
-				mi.kind, mi.write = stepBlind, observed[inv.ID]
-			}
-		}
-		ops = append(ops, porcupine.Operation{
-			ClientId: max(inv.Process, 0),
-			Input:    mi,
-			Call:     inv.Time,
-			Return:   ret,
-		})
-	}
-	return ops, dropped, kept
+	keys []keySteps
 }
 
 // isUnknown reports whether op's outcome is unknown (info, or never
@@ -313,70 +223,118 @@ func maybe(ops []porcupine.Operation) bool {
 	return false
 }
 
+// keyResult is one key's outcome.
+type keyResult struct {
+	verdict Verdict
+	anomaly *LinearAnomaly
+	chain   bool
+	// why says why an unknown key is unknown.
+	why string
+}
+
 // Check implements [Checker].
 func (l Linearizable) Check(ctx context.Context, in Input) Result {
 	start := time.Now()
-	ops, dropped, kept := modelOps(in, l.opts.KeepUnobserved)
-	parts := CounterModel.Partition(ops)
-	det := &LinearizableDetails{Checked: len(ops), DroppedUnknown: dropped, KeptUnknown: kept, Keys: len(parts), ops: ops}
+	keys, dropped, kept := buildSteps(in, l.opts.KeepUnobserved)
+	det := &LinearizableDetails{DroppedUnknown: dropped, KeptUnknown: kept, Keys: len(keys), keys: keys}
+	for i := range keys {
+		det.Checked += len(keys[i].steps)
+	}
 
 	deadline := start.Add(l.opts.Timeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	results := make([]porcupine.CheckResult, len(parts))
+	results := make([]keyResult, len(keys))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, l.opts.Parallelism)
-	for i, part := range parts {
+	for i := range keys {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			select {
 			case sem <- struct{}{}:
 			case <-ctx.Done():
-				results[i] = porcupine.Unknown
+				results[i] = keyResult{verdict: Unknown, why: "the check ran out of time"}
 				return
 			}
 			defer func() { <-sem }()
-			left := time.Until(deadline)
-			if left <= 0 || ctx.Err() != nil {
-				results[i] = porcupine.Unknown
-				return
-			}
-			model := singleKey
-			if maybe(part) {
-				model = maybeModel
-			}
-			results[i] = porcupine.CheckOperationsTimeout(model, part, left)
+			results[i] = l.checkKey(ctx, &keys[i], deadline)
 		}()
 	}
 	wg.Wait()
 
-	verdicts := make([]Verdict, 0, len(parts))
+	verdicts := make([]Verdict, 0, len(keys))
+	whys := map[string]bool{}
 	for i, r := range results {
-		key := parts[i][0].Input.(modelInput).key
-		switch r {
-		case porcupine.Ok:
-			verdicts = append(verdicts, Valid)
-		case porcupine.Illegal:
-			verdicts = append(verdicts, Invalid)
+		key := keys[i].key
+		if r.chain {
+			det.ChainKeys++
+		} else {
+			det.SearchedKeys++
+		}
+		verdicts = append(verdicts, r.verdict)
+		switch r.verdict {
+		case Invalid:
 			det.IllegalKeys = append(det.IllegalKeys, key)
-		default:
-			verdicts = append(verdicts, Unknown)
+			if r.anomaly != nil {
+				det.Anomalies = append(det.Anomalies, *r.anomaly)
+			}
+		case Unknown:
 			det.UnknownKeys = append(det.UnknownKeys, key)
+			whys[r.why] = true
 		}
 	}
 	sort.Strings(det.IllegalKeys)
 	sort.Strings(det.UnknownKeys)
+	slices.SortFunc(det.Anomalies, func(a, b LinearAnomaly) int { return strings.Compare(a.Key, b.Key) })
 	det.Duration = time.Since(start)
 	r := Result{Verdict: And(verdicts...), Judges: true, Aspect: AspectData, Details: det}
 	switch {
 	case len(det.IllegalKeys) > 0:
 		r.Reason = "not linearizable on " + strings.Join(det.IllegalKeys, ", ")
 	case len(det.UnknownKeys) > 0:
-		r.Reason = "linearizability undecided on " + strings.Join(det.UnknownKeys, ", ") + " (the check ran out of time)"
+		why := "the check ran out of time"
+		if !whys[why] {
+			why = strings.Join(sortedKeys(whys), "; ")
+		}
+		r.Reason = "linearizability undecided on " + strings.Join(det.UnknownKeys, ", ") + " (" + why + ")"
 	}
 	return r
+}
+
+// checkKey decides one key: by the chain when its steps are deterministic,
+// else by Porcupine within the search budget and the deadline.
+func (l Linearizable) checkKey(ctx context.Context, k *keySteps, deadline time.Time) keyResult {
+	left := time.Until(deadline)
+	if left <= 0 || ctx.Err() != nil {
+		return keyResult{verdict: Unknown, why: "the check ran out of time", chain: !l.opts.PorcupineOnly && k.deterministic()}
+	}
+	if !l.opts.PorcupineOnly && k.deterministic() {
+		if a := chainKey(k); a != nil {
+			return keyResult{verdict: Invalid, anomaly: a, chain: true}
+		}
+		return keyResult{verdict: Valid, chain: true}
+	}
+	n := int64(len(k.steps))
+	if need := n * n / 8; l.opts.SearchBudget > 0 && need > l.opts.SearchBudget {
+		return keyResult{verdict: Unknown, why: fmt.Sprintf("%s: %d operations whose order unknown outcomes leave open; the search would need about %d MiB, over its budget of %d MiB",
+			k.key, n, need>>20, l.opts.SearchBudget>>20)}
+	}
+	part := k.porcupineOps()
+	model := singleKey
+	if maybe(part) {
+		model = maybeModel
+	}
+	switch porcupine.CheckOperationsTimeout(model, part, left) {
+	case porcupine.Ok:
+		return keyResult{verdict: Valid}
+	case porcupine.Illegal:
+		return keyResult{verdict: Invalid, anomaly: &LinearAnomaly{Key: k.key, By: "porcupine",
+			Text: fmt.Sprintf("%s: no order of its %d operations is one a correct lock and store could give (Porcupine's search; unknown outcomes leave the order of writes open, see linearizability.html)", k.key, n)}}
+	default:
+		return keyResult{verdict: Unknown, why: "the check ran out of time"}
+	}
 }
 
 // singleKey is CounterModel for an already partitioned history.
@@ -421,11 +379,16 @@ func (d *LinearizableDetails) WriteVisualization(w io.Writer, faults []history.E
 	if limit <= 0 {
 		limit = 20000
 	}
-	ops := d.ops
-	if len(d.IllegalKeys) > 0 {
-		ops = slices.DeleteFunc(slices.Clone(ops), func(op porcupine.Operation) bool {
-			return !slices.Contains(d.IllegalKeys, op.Input.(modelInput).key)
-		})
+	var ops []porcupine.Operation
+	for i := range d.keys {
+		k := &d.keys[i]
+		if len(d.IllegalKeys) > 0 && !slices.Contains(d.IllegalKeys, k.key) {
+			continue
+		}
+		if len(ops) >= limit {
+			break
+		}
+		ops = append(ops, k.porcupineOps()...)
 	}
 	if len(ops) > limit {
 		ops = ops[:limit]

@@ -1,6 +1,7 @@
 package checkers
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"sort"
@@ -27,8 +28,17 @@ type Hold struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Holds extracts every hold from a history, in order of start.
+// Holds extracts every hold from a history, in order of start. The slice
+// may be shared with other checkers of the same Input: do not modify it.
 func Holds(in Input) []Hold {
+	if in.memo == nil {
+		return holds(in)
+	}
+	in.memo.holdsOnce.Do(func() { in.memo.holds = holds(in) })
+	return in.memo.holds
+}
+
+func holds(in Input) []Hold {
 	held := func(op *history.Op) bool {
 		return op.Invoke.F == history.FCriticalSection && op.Complete != nil && op.Complete.Acquired != 0
 	}
@@ -55,7 +65,7 @@ func Holds(in Input) []Hold {
 			Outcome: c.Type, Error: c.Error,
 		})
 	}
-	sort.SliceStable(hs, func(i, j int) bool { return hs[i].Start < hs[j].Start })
+	slices.SortStableFunc(hs, func(a, b Hold) int { return cmp.Compare(a.Start, b.Start) })
 	return hs
 }
 
@@ -108,21 +118,19 @@ func (m Mutex) Check(_ context.Context, in Input) Result {
 	if m.TTL <= 0 {
 		d.EarlyOverlaps = -1
 	}
-	byKey := map[string][]Hold{}
-	for _, h := range Holds(in) {
-		byKey[h.Key] = append(byKey[h.Key], h)
-		d.Holds++
-	}
+	all := Holds(in)
+	byKey := holdsByKey(all)
+	d.Holds = len(all)
 	keys := make([]string, 0, len(byKey))
 	for k := range byKey {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	for _, k := range keys {
-		hs := byKey[k]
 		// Sweep in start order, keeping the holds still open.
 		var open []Hold
-		for _, h := range hs {
+		for _, i := range byKey[k] {
+			h := all[i]
 			open = slices.DeleteFunc(open, func(o Hold) bool { return o.End <= h.Start })
 			for _, o := range open {
 				ov := time.Duration(min(o.End, h.End) - h.Start)
@@ -175,26 +183,27 @@ type FencingDetails struct {
 // Check implements [Checker].
 func (Fencing) Check(_ context.Context, in Input) Result {
 	d := &FencingDetails{}
-	byKey := map[string][]Hold{}
-	for _, h := range Holds(in) {
-		byKey[h.Key] = append(byKey[h.Key], h)
-		if h.Error == history.ErrStaleToken {
+	all := Holds(in)
+	for i := range all {
+		if all[i].Error == history.ErrStaleToken {
 			d.Rejections++
 		}
 	}
+	byKey := holdsByKey(all)
 	d.NonMonotonic = len(TokenViolations(in))
 	for _, hs := range byKey {
-		for _, w := range hs {
+		for _, wi := range hs {
+			w := &all[wi]
 			if w.WriteAt == 0 {
 				continue
 			}
 			// The first grant after this hold's (holds are in start order)
 			// is the one to have come before the write, if any did.
-			j := sort.Search(len(hs), func(j int) bool { return hs[j].Start > w.Start })
-			if j == len(hs) || hs[j].Start >= w.WriteAt {
+			j := sort.Search(len(hs), func(j int) bool { return all[hs[j]].Start > w.Start })
+			if j == len(hs) || all[hs[j]].Start >= w.WriteAt {
 				continue
 			}
-			n := hs[j]
+			n := all[hs[j]]
 			d.LateWrites++
 			switch {
 			case w.Error == history.ErrStaleToken:
@@ -203,9 +212,19 @@ func (Fencing) Check(_ context.Context, in Input) Result {
 				d.LateAccepted++
 			}
 			if len(d.Examples) < 10 {
-				d.Examples = append(d.Examples, Overlap{Key: w.Key, First: w, Second: n, Duration: time.Duration(w.WriteAt - n.Start)})
+				d.Examples = append(d.Examples, Overlap{Key: w.Key, First: *w, Second: n, Duration: time.Duration(w.WriteAt - n.Start)})
 			}
 		}
 	}
 	return Result{Verdict: Valid, Judges: false, Details: d}
+}
+
+// holdsByKey lists each key's holds as positions in all (so in start
+// order), without copying the holds.
+func holdsByKey(all []Hold) map[string][]int32 {
+	byKey := map[string][]int32{}
+	for i := range all {
+		byKey[all[i].Key] = append(byKey[all[i].Key], int32(i))
+	}
+	return byKey
 }

@@ -78,18 +78,19 @@ func (Summary) Check(_ context.Context, in Input) Result {
 		}
 		return ks
 	}
-	// observed holds the tags a read of the same key saw.
-	keyOf := make(map[int64]string, len(in.Ops))
-	for _, op := range in.Ops {
-		keyOf[op.Invoke.ID] = op.Invoke.Key
-	}
-	observed := make(map[int64]bool)
-	for _, op := range in.Ops {
-		if c := op.Complete; c != nil && c.Read != nil && keyOf[c.Read.Tag] == op.Invoke.Key {
-			observed[c.Read.Tag] = true
+	// observed[j] says a read of the same key saw op j's tag.
+	idx := newIDIndex(in.Ops)
+	observed := make([]bool, len(in.Ops))
+	for i := range in.Ops {
+		op := &in.Ops[i]
+		if c := op.Complete; c != nil && c.Read != nil {
+			if j := idx.get(c.Read.Tag); j >= 0 && in.Ops[j].Invoke.Key == op.Invoke.Key {
+				observed[j] = true
+			}
 		}
 	}
-	for _, op := range in.Ops {
+	for i := range in.Ops {
+		op := &in.Ops[i]
 		inv, c := op.Invoke, op.Complete
 		ks := key(inv.Key)
 		if inv.F == history.FCriticalSection {
@@ -129,12 +130,13 @@ func (Summary) Check(_ context.Context, in Input) Result {
 			}
 			d.Errors[kind]++
 			ks.Possible++
-			if observed[inv.ID] {
+			if observed[i] {
 				ks.ObservedUnknown++
 			}
 		}
 	}
-	for _, op := range in.Ops {
+	for i := range in.Ops {
+		op := &in.Ops[i]
 		c := op.Complete
 		if c == nil || c.Read == nil {
 			continue

@@ -159,7 +159,8 @@ func (e Event) IsCompletion() bool {
 // Op is an operation: its invocation and, when one was recorded, its
 // completion.
 type Op struct {
-	Invoke Event
+	// Invoke points into the events the op was paired from.
+	Invoke *Event
 	// Complete is nil when the history ended before the operation completed;
 	// such an operation is treated as Info.
 	Complete *Event
@@ -182,26 +183,53 @@ func (o Op) Return() int64 {
 }
 
 // Pair matches invocations with their completions by ID, in invocation order.
-// Nemesis events are returned separately. Completions point into events.
+// Nemesis events are returned separately. Invocations and completions point
+// into events.
 func Pair(events []Event) (ops []Op, faults []Event) {
 	n := 0
+	var hi int64
 	for i := range events {
 		if events[i].Type == Invoke {
 			n++
+			hi = max(hi, events[i].ID)
 		}
 	}
 	ops = make([]Op, 0, n)
-	index := make(map[int64]int, n)
+	// Ids index ops: a dense table when they are small (a run numbers
+	// them from 1), else a map.
+	var (
+		dense  []int32
+		sparse map[int64]int
+	)
+	if hi <= int64(4*n+1024) {
+		dense = make([]int32, hi+1)
+	} else {
+		sparse = make(map[int64]int, n)
+	}
 	for i := range events {
 		e := &events[i]
 		switch {
 		case e.Type == Nemesis:
 			faults = append(faults, *e)
 		case e.Type == Invoke:
-			index[e.ID] = len(ops)
-			ops = append(ops, Op{Invoke: *e})
+			if dense != nil && e.ID >= 0 {
+				dense[e.ID] = int32(len(ops) + 1)
+			} else {
+				if sparse == nil {
+					sparse = map[int64]int{} // negative ids (histories built in memory)
+				}
+				sparse[e.ID] = len(ops)
+			}
+			ops = append(ops, Op{Invoke: e})
 		case e.IsCompletion():
-			if j, ok := index[e.ID]; ok && ops[j].Complete == nil {
+			j, ok := -1, false
+			if dense != nil && e.ID >= 0 && e.ID < int64(len(dense)) {
+				j = int(dense[e.ID]) - 1
+				ok = j >= 0
+			} else {
+				j, ok = sparse[e.ID]
+			}
+			if ok && ops[j].Complete == nil {
 				ops[j].Complete = e
 			}
 		}

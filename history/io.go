@@ -107,20 +107,21 @@ type ReadReport struct {
 	TornBytes int `json:"torn_bytes,omitempty"`
 }
 
-// Read parses a history from r (see Parse).
+// Read parses a history from r a block at a time (see [ReadFrom]).
 func Read(r io.Reader) ([]Event, ReadReport, error) {
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return nil, ReadReport{}, fmt.Errorf("read history: %w", err)
-	}
-	return Parse(data)
+	return ReadFrom(r, 0)
 }
 
-// ReadFile reads the history at path (see Parse).
+// ReadFile reads the history at path a block at a time (see [ReadFrom]).
 func ReadFile(path string) ([]Event, ReadReport, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, ReadReport{}, fmt.Errorf("open history: %w", err)
 	}
-	return Parse(data)
+	defer f.Close()
+	var size int64
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
+	}
+	return ReadFrom(f, size)
 }

@@ -3,7 +3,10 @@ package history
 import (
 	"bytes"
 	"errors"
+	"fmt"
+	"io"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"unicode/utf8"
@@ -18,12 +21,74 @@ import (
 // and events that do not fit together (see docs/history-format.md) give a
 // [*LineError] wrapping ErrCorrupt that names the line and the field.
 func Parse(data []byte) ([]Event, ReadReport, error) {
-	var rep ReadReport
+	var st parseState
+	st.events = make([]Event, 0, bytes.Count(data, []byte{'\n'})+1)
+	if err := st.block(data, true); err != nil {
+		return st.events, st.rep, err
+	}
+	return st.finish()
+}
+
+// readBlock is how much of a history [ReadFrom] decodes at a time.
+var readBlock = 8 << 20
+
+// ReadFrom reads a history from r a block at a time, decoding each block as
+// [Parse] does, so that the file's text is never held whole; size, when
+// known (else 0), sizes the events slice from the first block's lines.
+// Errors are Parse's, and reading errors are wrapped.
+func ReadFrom(r io.Reader, size int64) ([]Event, ReadReport, error) {
+	var st parseState
+	buf := make([]byte, readBlock)
+	n := 0 // bytes held in buf
+	for eof := false; !eof; {
+		m, err := io.ReadFull(r, buf[n:])
+		n += m
+		switch {
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			eof = true
+		case err != nil:
+			return nil, st.rep, fmt.Errorf("read history: %w", err)
+		}
+		end := n
+		if !eof {
+			end = bytes.LastIndexByte(buf[:n], '\n') + 1
+			if end == 0 { // a line longer than the buffer
+				buf = append(buf[:n], make([]byte, len(buf))...)
+				continue
+			}
+		}
+		if st.events == nil {
+			lines := bytes.Count(buf[:end], []byte{'\n'}) + 1
+			est := lines
+			if size > int64(end) && end > 0 {
+				est = int(float64(size)/float64(end)*float64(lines)*1.02) + 16
+			}
+			st.events = make([]Event, 0, est)
+		}
+		if err := st.block(buf[:end], eof); err != nil {
+			return st.events, st.rep, err
+		}
+		n = copy(buf, buf[end:n])
+	}
+	return st.finish()
+}
+
+// parseState is a history being decoded block by block.
+type parseState struct {
+	events []Event
+	lineNo []int
+	line   int // lines seen so far
+	rep    ReadReport
+}
+
+// block decodes the whole lines of data; last says data ends the history
+// (its last line may lack a newline, and be torn).
+func (st *parseState) block(data []byte, last bool) error {
 	var lines [][]byte
-	lineNo := make([]int, 0, bytes.Count(data, []byte{'\n'})+1)
-	lines = make([][]byte, 0, cap(lineNo))
+	first := len(st.events)
 	torn := -1
-	for n, rest := 1, data; len(rest) > 0; n++ {
+	for rest := data; len(rest) > 0; {
+		st.line++
 		i := bytes.IndexByte(rest, '\n')
 		line := rest
 		if i >= 0 {
@@ -39,9 +104,16 @@ func Parse(data []byte) ([]Event, ReadReport, error) {
 			continue
 		}
 		lines = append(lines, line)
-		lineNo = append(lineNo, n)
+		st.lineNo = append(st.lineNo, st.line)
 	}
-	events := make([]Event, len(lines))
+	if !last {
+		torn = -1
+	}
+	if cap(st.events)-first < len(lines) {
+		st.events = slices.Grow(st.events, len(lines))
+	}
+	st.events = st.events[:first+len(lines)]
+	events := st.events[first:]
 	errs := make([]error, len(lines))
 	// syntax marks lines that are not JSON events at all (as opposed to
 	// events that fail validation): only those can be a torn tail.
@@ -77,21 +149,28 @@ func Parse(data []byte) ([]Event, ReadReport, error) {
 			continue
 		}
 		if i == torn && syntax[i] {
-			rep.TornTail, rep.TornBytes = true, len(lines[i])
-			events = events[:i]
+			st.rep.TornTail, st.rep.TornBytes = true, len(lines[i])
+			st.events = st.events[:first+i]
+			st.lineNo = st.lineNo[:first+i]
 			break
 		}
+		st.events = st.events[:first+i]
 		var fe *fieldError
 		if errors.As(err, &fe) {
-			return events[:i], rep, fe.at(lineNo[i])
+			return fe.at(st.lineNo[first+i])
 		}
-		return events[:i], rep, &LineError{Line: lineNo[i], Msg: err.Error()}
+		return &LineError{Line: st.lineNo[first+i], Msg: err.Error()}
 	}
-	if err := checkSequence(events, lineNo); err != nil {
-		return nil, rep, err
+	return nil
+}
+
+// finish checks the events together.
+func (st *parseState) finish() ([]Event, ReadReport, error) {
+	if err := checkSequence(st.events, st.lineNo); err != nil {
+		return nil, st.rep, err
 	}
-	rep.Events = len(events)
-	return events, rep, nil
+	st.rep.Events = len(st.events)
+	return st.events, st.rep, nil
 }
 
 // eventParser decodes one goroutine's lines.

@@ -159,3 +159,31 @@ func BenchmarkParse(b *testing.B) {
 		}
 	}
 }
+
+// TestReadFromBlocks: reading a block at a time (blocks far smaller than
+// the history, so lines straddle them) gives Parse's events, report and
+// error, for the checkers' corpus (malformed and torn histories included).
+func TestReadFromBlocks(t *testing.T) {
+	paths, _ := filepath.Glob(filepath.Join("..", "checkers", "testdata", "*", "history.jsonl"))
+	if len(paths) == 0 {
+		t.Fatal("no corpus")
+	}
+	defer func(n int) { readBlock = n }(readBlock)
+	for _, p := range paths {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, wantRep, wantErr := Parse(data)
+		for _, block := range []int{1, 7, 64, 1 << 20} {
+			readBlock = block
+			got, rep, err := ReadFrom(bytes.NewReader(data), int64(len(data)))
+			if fmt.Sprint(err) != fmt.Sprint(wantErr) || rep != wantRep {
+				t.Fatalf("%s, block %d: %v %+v, Parse %v %+v", p, block, err, rep, wantErr, wantRep)
+			}
+			if err == nil && !reflect.DeepEqual(got, want) {
+				t.Fatalf("%s, block %d: events differ", p, block)
+			}
+		}
+	}
+}

@@ -299,8 +299,8 @@ func checkSequence(events []Event, lineNo []int) error {
 		invoke, complete int32 // event indexes; complete -1 while in flight
 	}
 	states := make([]opState, 0, len(events)/2+1)
-	ops := make(map[int64]int32, len(events)/2+1) // id → index in states
-	inFlight := map[int]int64{}                   // process → id
+	ops := newIDTable(events)   // id → index in states
+	inFlight := map[int]int64{} // process → id
 	// Ids invoked later, for "completion before its invocation".
 	invokedAt := func(id int64, from int) int {
 		for j := from; j < len(events); j++ {
@@ -315,7 +315,7 @@ func checkSequence(events []Event, lineNo []int) error {
 		e := &events[i]
 		line := lineNo[i]
 		if e.Type != Invoke && e.IsCompletion() {
-			si, known := ops[e.ID]
+			si, known := ops.get(e.ID)
 			var st *opState
 			if known {
 				st = &states[si]
@@ -354,16 +354,69 @@ func checkSequence(events []Event, lineNo []int) error {
 		if e.Type != Invoke {
 			continue
 		}
-		if si, known := ops[e.ID]; known {
+		if si, known := ops.get(e.ID); known {
 			return bad("id", "id %d was invoked already on line %d (ids are unique)", e.ID, lineNo[states[si].invoke]).at(line)
 		}
 		if id, busy := inFlight[e.Process]; busy {
 			return bad("process", "process %d invokes id %d while its id %d (line %d) has not completed; a process runs one operation at a time",
-				e.Process, e.ID, id, lineNo[states[ops[id]].invoke]).at(line)
+				e.Process, e.ID, id, lineNo[states[ops.must(id)].invoke]).at(line)
 		}
-		ops[e.ID] = int32(len(states))
+		ops.set(e.ID, int32(len(states)))
 		states = append(states, opState{invoke: int32(i), complete: -1})
 		inFlight[e.Process] = e.ID
 	}
 	return nil
+}
+
+// idTable maps operation ids to int32s: a dense table when the ids are
+// small (a run numbers them from 1), a map otherwise.
+type idTable struct {
+	dense  []int32 // value+1; 0 is absent
+	sparse map[int64]int32
+}
+
+func newIDTable(events []Event) *idTable {
+	var hi int64
+	n := 0
+	for i := range events {
+		if events[i].Type == Invoke {
+			hi = max(hi, events[i].ID)
+			n++
+		}
+	}
+	if hi <= int64(4*n+1024) {
+		return &idTable{dense: make([]int32, hi+1)}
+	}
+	return &idTable{sparse: make(map[int64]int32, n)}
+}
+
+func (t *idTable) get(id int64) (int32, bool) {
+	if t.dense == nil {
+		v, ok := t.sparse[id]
+		return v, ok
+	}
+	if id < 0 || id >= int64(len(t.dense)) {
+		v, ok := t.sparse[id]
+		return v, ok
+	}
+	if t.dense[id] == 0 {
+		return 0, false
+	}
+	return t.dense[id] - 1, true
+}
+
+func (t *idTable) must(id int64) int32 {
+	v, _ := t.get(id)
+	return v
+}
+
+func (t *idTable) set(id int64, v int32) {
+	if t.dense != nil && id >= 0 && id < int64(len(t.dense)) {
+		t.dense[id] = v + 1
+		return
+	}
+	if t.sparse == nil {
+		t.sparse = map[int64]int32{}
+	}
+	t.sparse[id] = v
 }

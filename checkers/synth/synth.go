@@ -79,9 +79,12 @@ func Generate(o Options) []history.Event {
 	for k := range keys {
 		id++
 		v := state[k]
+		// A process runs one operation at a time: with more keys than
+		// clients, a client's final reads follow each other.
+		t := end + int64(k/clients)*200
 		events = append(events,
-			history.Event{Time: end, Type: history.Invoke, Process: k % clients, ID: id, F: history.FRead, Key: "k" + strconv.Itoa(k)},
-			history.Event{Time: end + 100, Type: history.OK, Process: k % clients, ID: id, F: history.FRead, Key: "k" + strconv.Itoa(k), Read: &v})
+			history.Event{Time: t, Type: history.Invoke, Process: k % clients, ID: id, F: history.FRead, Key: "k" + strconv.Itoa(k)},
+			history.Event{Time: t + 100, Type: history.OK, Process: k % clients, ID: id, F: history.FRead, Key: "k" + strconv.Itoa(k), Read: &v})
 	}
 	slices.SortStableFunc(events, func(a, b history.Event) int {
 		switch {

@@ -172,6 +172,20 @@ func TestCheckTornTail(t *testing.T) {
 	}
 }
 
+// TestCheckTooBigForMemory: a history whose check would not fit the memory
+// budget ends with one line and exit 255, never a runtime trace; within the
+// budget the same history is checked.
+func TestCheckTooBigForMemory(t *testing.T) {
+	path := filepath.Join("..", "..", "checkers", "testdata", "lost-update-invalid", "history.jsonl")
+	code, out, stderr := run(t, "check", "--no-report", "--memory-mib", "1", path)
+	if code != exitHarness || strings.Count(strings.TrimSpace(stderr), "\n") != 0 || !strings.Contains(stderr, "more than the 1 MiB at hand") || out != "" {
+		t.Fatalf("exit %d stdout %q stderr %q", code, out, stderr)
+	}
+	if code, _, stderr := run(t, "check", "--no-report", "--memory-mib", "1024", path); code != exitInvalid {
+		t.Fatalf("within the budget: exit %d stderr %q", code, stderr)
+	}
+}
+
 func TestUnreachableDaemon(t *testing.T) {
 	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "no.sock"))
 	code, _, stderr := run(t, "run", "--results", t.TempDir(), "--time-limit", "1s")
