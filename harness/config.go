@@ -89,6 +89,9 @@ type Config struct {
 	ClientFiles string `json:"client_files,omitempty"`
 	// ClientPackages are Debian packages the client image gets for it.
 	ClientPackages []string `json:"client_packages,omitempty"`
+	// Scenario names the catalogue scenario the run came from (matrix,
+	// validate), for reports and serve; empty for a run made by hand.
+	Scenario string `json:"scenario,omitempty"`
 }
 
 // DefaultConfig is a 30 s unfenced-counter run under pauses on the default
