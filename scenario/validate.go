@@ -150,6 +150,10 @@ type question struct {
 	judge func(b targets.Backend, all, ex []Row) (Answer, string)
 	// notTested says why no run exercised the fault.
 	notTested string
+	// failsUnexercised says the item may FAIL on runs that did not put
+	// its fault on the system (what they showed is a failure anyway, or
+	// the backend's declaration fails it); otherwise it is NOT TESTED.
+	failsUnexercised bool
 }
 
 func scenarioIs(names ...string) func(Row) bool {
@@ -191,7 +195,8 @@ var questions = []question{
 			}
 			return r.NodeKills > 0
 		},
-		notTested: "no fenced run killed the lock service (or, with several members, its leader)",
+		notTested:        "no fenced run killed the lock service (or, with several members, its leader)",
+		failsUnexercised: true,
 		judge: func(b targets.Backend, all, ex []Row) (Answer, string) {
 			out, lockBad, rej := 0, 0, 0
 			for _, r := range all {
@@ -217,12 +222,13 @@ var questions = []question{
 		},
 	},
 	{
-		q:         qOwner,
-		property:  "a release deletes only the releaser's own lock: no live lock is given away",
-		fault:     "a holder paused past its lease, releasing after another client took the lock",
-		runs:      func(r Row) bool { return r.UnderTest },
-		exercised: func(_ targets.Backend, r Row) bool { return r.ClientPauses > 0 },
-		notTested: "no run of the recipe under test paused a holder",
+		q:                qOwner,
+		property:         "a release deletes only the releaser's own lock: no live lock is given away",
+		fault:            "a holder paused past its lease, releasing after another client took the lock",
+		runs:             func(r Row) bool { return r.UnderTest },
+		exercised:        func(_ targets.Backend, r Row) bool { return r.ClientPauses > 0 },
+		notTested:        "no run of the recipe under test paused a holder",
+		failsUnexercised: true,
 		judge: func(_ targets.Backend, all, ex []Row) (Answer, string) {
 			early := sum(all, func(r Row) int { return r.Early })
 			ev := fmt.Sprintf("%d holder pauses in %d runs: %d overlapping holds, %d of them a live lock given away",
@@ -287,7 +293,8 @@ var questions = []question{
 		exercised: func(_ targets.Backend, r Row) bool {
 			return r.NodeKills > 0 || (r.Scenario == "correct-pattern" && r.Partitions > 0)
 		},
-		notTested: "no fenced run of the recipe under test partitioned or killed lock-service members",
+		notTested:        "no fenced run of the recipe under test partitioned or killed lock-service members",
+		failsUnexercised: true,
 		judge: func(b targets.Backend, _, ex []Row) (Answer, string) {
 			ev := fmt.Sprintf("%d lock nodes, leader: %v", b.Size, b.Leads)
 			if b.Size < 3 || !b.Leads {
@@ -440,6 +447,11 @@ func Checklist(b targets.Backend, m *Matrix) []Item {
 			it.Runs = append(it.Runs, RunRef{Scenario: r.Scenario, Seed: r.Seed, Dir: r.Dir, Exercised: e, Drill: !r.UnderTest})
 		}
 		it.Answer, it.Evidence = q.judge(b, all, ex)
+		if len(ex) == 0 && (it.Answer == Pass || (it.Answer == Fail && !q.failsUnexercised)) {
+			// Never an answer from runs that did not challenge the
+			// property.
+			it.Answer = NotTested
+		}
 		if it.Answer == NotTested {
 			why := q.notTested
 			if len(all) == 0 {
