@@ -6,9 +6,9 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
-	"strings"
 	"testing"
 	"time"
 
