@@ -54,18 +54,19 @@ func TestCatalogueCoversEveryAntiPattern(t *testing.T) {
 func TestTargetsFromDeclarations(t *testing.T) {
 	all := "etcd,lockd,redis,zookeeper"
 	want := map[string]string{
-		"correct-pattern":      all,
-		"holder-lost-recovery": all,
-		"no-expiry-deadlock":   "redis",
-		"long-ttl-unavailable": "redis",
-		"client-clock-expiry":  "redis",
-		"unchecked-release":    "redis",
-		"unfenced-late-write":  "etcd,lockd,redis,redlock,zookeeper",
-		"bypass-writer":        "redis",
-		"single-node-away":     "redis",
-		"single-node-restart":  "redis",
-		"busy-vs-unavailable":  "etcd,lockd,zookeeper",
-		"late-writer-drill":    all,
+		"correct-pattern":       all,
+		"holder-lost-recovery":  all,
+		"no-expiry-deadlock":    "redis",
+		"long-ttl-unavailable":  "redis",
+		"client-clock-expiry":   "redis",
+		"unchecked-release":     "redis",
+		"unfenced-late-write":   "etcd,lockd,redis,redlock,zookeeper",
+		"bypass-writer":         "redis",
+		"single-node-away":      "redis",
+		"single-node-restart":   "redis",
+		"busy-vs-unavailable":   "etcd,lockd,zookeeper",
+		"late-writer-drill":     all,
+		"token-across-restarts": all,
 		// Known bugs: of Redlock (by its shape), and of one client
 		// option (only with that client, named by the set).
 		"redlock-clock-jump":             "redlock",
