@@ -96,6 +96,13 @@ func TestChecklistItems(t *testing.T) {
 			run("correct-pattern", faulted),
 			run("late-writer-drill", func(r *Row) { r.Faults, r.HoldP99 = 3, time.Second }),
 		}, Pass, "late-writer-drill (drill, slow holders on purpose): hold p99 1s, not judged"},
+		{"short: a paused holder's hold is the pause's", qShort, leaderShape, []Row{
+			run("correct-pattern", func(r *Row) { r.Faults, r.ClientPauses, r.HoldP99 = 3, 1, 3563*time.Millisecond }),
+			run("token-across-restarts", func(r *Row) { r.Faults, r.NodeKills, r.HoldP99 = 2, 2, 170*time.Millisecond }),
+		}, Pass, "correct-pattern (1 holders paused on purpose): hold p99 3.563s, not judged"},
+		{"short: only paused holders", qShort, leaderShape, []Row{
+			run("correct-pattern", func(r *Row) { r.Faults, r.ClientPauses, r.HoldP99 = 3, 1, 3563*time.Millisecond }),
+		}, NotTested, "left its holders running"},
 		{"short: long holds", qShort, leaderShape, []Row{run("correct-pattern", func(r *Row) { r.Faults, r.HoldP99 = 3, 1500*time.Millisecond })}, Fail, "hold p99 1.5s"},
 		// Watchdog renewal: a holder cut off from the service.
 		{"watchdog: nobody cut off", qWatchdog, leaderShape, []Row{run("late-writer-drill", nil)}, NotTested, "cut a holder off"},
@@ -184,7 +191,7 @@ func TestWriteChecklist(t *testing.T) {
 	for _, want := range []string{
 		"NOT TESTED  " + qToken, "judges: every grant's fencing token", "fault:  the lock service killed and restarted",
 		"  run:  correct-pattern /results/correct-pattern", "* run:  late-writer-drill (drill) /results/late-writer-drill",
-		"PASS        " + qShort, "FAIL        " + qWatchdog, "NOT TESTED  " + qExpiry, "not tested",
+		"NOT TESTED  " + qShort, "FAIL        " + qWatchdog, "NOT TESTED  " + qExpiry, "not tested",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("checklist lacks %q:\n%s", want, out)
