@@ -95,6 +95,9 @@ type Config struct {
 	Store string `json:"store,omitempty"`
 	// StoreOptions are its settings (--store-opt).
 	StoreOptions map[string]string `json:"store_options,omitempty"`
+	// Scenario names the catalogue scenario the run came from (matrix,
+	// validate), for reports and serve; empty for a run made by hand.
+	Scenario string `json:"scenario,omitempty"`
 }
 
 // StoreKind is the declaration of the run's kind of counter store.

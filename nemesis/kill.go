@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"syscall"
 	"time"
 
@@ -39,13 +40,16 @@ var _ Spec = (*KillSpec)(nil)
 
 // Flags implements Spec.
 func (s *KillSpec) Flags(fs *pflag.FlagSet) {
-	fs.Var(&s.Targets, "kill-targets", "weights of what kill stops and restarts: holder, client, node")
+	fs.Var(&s.Targets, "kill-targets", "weights of what kill stops and restarts: holder, client, node, leader (the lock service's leader at the time)")
 }
 
 // Validate implements Spec.
-func (s *KillSpec) Validate(Target) error {
+func (s *KillSpec) Validate(t Target) error {
 	if err := s.Targets.Check(KillGroups); err != nil {
 		return fmt.Errorf("--kill-targets: %w", err)
+	}
+	if s.Targets[GroupLeader] > 0 && !t.Leads {
+		return fmt.Errorf("--kill-targets leader: target %s has no leader (use node)", t.Name)
 	}
 	return nil
 }
@@ -58,7 +62,19 @@ func (s *KillSpec) New(Target) (Nemesis, error) {
 // KillGroups are the target groups kill may pick from. The counter store
 // is not among them: it keeps its counters in memory, and losing them would
 // be the store's failure, not the lock's.
-var KillGroups = []string{GroupHolder, GroupClient, GroupNode}
+var KillGroups = []string{GroupHolder, GroupClient, GroupNode, GroupLeader}
+
+// GroupLeader is the lock service's leader at the time of the fault (kill
+// only; a target whose leader can be found).
+const GroupLeader = "leader"
+
+// Details of a kill fault: what was killed, so that results tell a kill of
+// the lock service (and of its leader) from a kill of a client.
+const (
+	KillDetailClient = "SIGKILL; restart at heal"
+	KillDetailNode   = "SIGKILL of a lock node; restart at heal"
+	KillDetailLeader = "SIGKILL of the lock service's leader; restart at heal"
+)
 
 // Kill sends SIGKILL to a node's main process (a lock-service member or a
 // client, preferably one holding a lock) and restarts it at heal, keeping
@@ -78,9 +94,25 @@ func (*Kill) Name() string { return "kill" }
 
 // Inject implements Nemesis.
 func (k *Kill) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, error) {
-	n, err := env.Choose(ctx, rng, k.Weights.Pick(rng), k.HolderWait)
+	group := k.Weights.Pick(rng)
+	var (
+		n   runtime.Node
+		err error
+	)
+	if group == GroupLeader {
+		n, err = env.leader(ctx)
+	} else {
+		n, err = env.Choose(ctx, rng, group, k.HolderWait)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kill: %w", err)
+	}
+	detail := KillDetailClient
+	if slices.Contains(env.Nodes, n) {
+		detail = KillDetailNode
+		if l, err := env.leader(ctx); err == nil && l == n {
+			detail = KillDetailLeader
+		}
 	}
 	r, ok := n.(runtime.Restarter)
 	if !ok {
@@ -89,18 +121,19 @@ func (k *Kill) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, err
 	if err := n.Signal(ctx, syscall.SIGKILL); err != nil {
 		return nil, fmt.Errorf("kill %s: %w", n.Name(), err)
 	}
-	return &killFault{node: n, restart: r, env: env}, nil
+	return &killFault{node: n, restart: r, env: env, detail: detail}, nil
 }
 
 type killFault struct {
 	node    runtime.Node
 	restart runtime.Restarter
 	env     *Env
+	detail  string
 	once    once
 }
 
 func (f *killFault) Targets() []string { return []string{f.node.Name()} }
-func (f *killFault) Detail() string    { return "SIGKILL; restart at heal" }
+func (f *killFault) Detail() string    { return f.detail }
 
 func (f *killFault) Heal(ctx context.Context) error {
 	return f.once.do(func() error {
@@ -117,4 +150,21 @@ func (f *killFault) Heal(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// leader finds the lock service's leader, within a few seconds.
+func (e *Env) leader(ctx context.Context) (runtime.Node, error) {
+	if e.Leader == nil {
+		return nil, errors.New("the lock service has no leader to find")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	n, err := e.Leader(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("find the leader: %w", err)
+	}
+	if n == nil {
+		return nil, errors.New("the lock service has no leader now")
+	}
+	return n, nil
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -210,5 +211,57 @@ func TestHealFailureIsReturned(t *testing.T) {
 	err := Run(ctx, []Nemesis{p}, env, Schedule{Interval: 10 * time.Millisecond, MinDuration: 10 * time.Millisecond, MaxDuration: 10 * time.Millisecond}, rand.New(rand.NewPCG(1, 1)), rec, slog.New(slog.DiscardHandler))
 	if err == nil {
 		t.Fatal("a failed heal was not reported")
+	}
+}
+
+// TestKillSaysWhatItHit: kill's leader group kills the lock service's
+// leader, and each kill's detail says whether it hit a client, a lock node
+// or the leader (the adoption checklist counts kills of the lock service
+// from it); a target without a leader refuses the leader group.
+func TestKillSaysWhatItHit(t *testing.T) {
+	env, rt := memEnv(t)
+	n2, err := rt.Start(context.Background(), runtime.NodeSpec{Name: "n2", Role: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Nodes = append(env.Nodes, n2)
+	env.Leader = func(context.Context) (runtime.Node, error) { return n2, nil }
+	tests := []struct {
+		group, target, detail string
+	}{
+		{GroupLeader, "n2", KillDetailLeader},
+		{GroupClient, "c", KillDetailClient},
+		{GroupNode, "n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.group, func(t *testing.T) {
+			for seed := range uint64(4) {
+				k := &Kill{Weights: Weights{tt.group: 1}, HolderWait: time.Millisecond}
+				f, err := k.Inject(context.Background(), env, rand.New(rand.NewPCG(seed, seed)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := f.Targets()[0]
+				if err := f.Heal(context.Background()); err != nil && tt.group != GroupClient {
+					t.Fatal(err)
+				}
+				want := tt.detail
+				if want == "" { // a node: the leader or not
+					want = KillDetailNode
+					if got == "n2" {
+						want = KillDetailLeader
+					}
+				}
+				if !strings.HasPrefix(got, tt.target) || f.Detail() != want {
+					t.Errorf("killed %s with detail %q, want %s* and %q", got, f.Detail(), tt.target, want)
+				}
+			}
+		})
+	}
+	if err := (&KillSpec{Targets: Weights{GroupLeader: 1}}).Validate(Target{Name: "redis", Size: 1}); err == nil || !strings.Contains(err.Error(), "no leader") {
+		t.Errorf("leader kills of a target without a leader: %v", err)
+	}
+	if err := (&KillSpec{Targets: Weights{GroupLeader: 1}}).Validate(Target{Name: "etcd", Size: 3, Leads: true}); err != nil {
+		t.Errorf("leader kills of etcd: %v", err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"mime"
 	"net/http"
 	"net/url"
@@ -204,10 +205,14 @@ func choices(values []string, selected string) []choice {
 }
 
 type runRow struct {
-	Href, CompareHref               string
-	Path                            string
-	Target, Workload, Nemesis       string
-	Client                          string
+	Href, CompareHref         string
+	Path                      string
+	Target, Workload, Nemesis string
+	Client                    string
+	// Scenario is the catalogue scenario the run came from (its title
+	// in ScenarioTitle); Setup says what else sets the run apart (a
+	// bypass writer, recipe options).
+	Scenario, ScenarioTitle, Setup  string
 	Verdict, Date, Duration, Seed   string
 	Ops, Lost, Rejections, Overlaps string
 	OpsPerSecond                    string
@@ -256,7 +261,34 @@ func (s *Server) row(e RunEntry) runRow {
 		Seed: strconv.FormatUint(r.Seed, 10), Ops: strconv.Itoa(ops(r)), Lost: strconv.FormatInt(lostUpdates(r), 10),
 		Rejections: strconv.Itoa(r.Metrics.FencingRejections), Overlaps: strconv.Itoa(overlapCount(r)),
 		OpsPerSecond: trimFloat(r.Metrics.OpsPerSecond, 1), HasReport: err == nil,
+		Scenario: r.Config.Scenario, ScenarioTitle: scenarioTitle(r.Config.Scenario), Setup: setup(r),
 	}
+}
+
+// scenarioTitle is the catalogue's line for the scenario called name
+// ("" when there is none).
+func scenarioTitle(name string) string {
+	if name == "" {
+		return ""
+	}
+	sc, err := scenario.Lookup(name)
+	if err != nil {
+		return ""
+	}
+	return sc.Title
+}
+
+// setup says what sets a run's setup apart beyond target, workload and
+// nemesis: a bypass writer, its recipe options.
+func setup(r *Run) string {
+	var parts []string
+	if r.Config.Bypass != "" {
+		parts = append(parts, "bypass writer "+r.Config.Bypass)
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.Config.RecipeOptions)) {
+		parts = append(parts, k+"="+r.Config.RecipeOptions[k])
+	}
+	return strings.Join(parts, ", ")
 }
 
 func distinct(runs []RunEntry, f func(*Run) string) []string {

@@ -19,15 +19,25 @@ import (
 func runsDir(t *testing.T) string {
 	t.Helper()
 	root := t.TempDir()
-	mk := func(target, workload, corpus, stamp string, day int) string {
+	mk := func(target, workload, corpus, stamp string, day int, opts ...string) string {
 		dir := filepath.Join(root, target+"-"+workload+"-pause", stamp)
 		return fixture(t, dir, testdata(t, corpus), func(r map[string]any) {
 			r["target"], r["workload"] = target, workload
 			r["started"] = time.Date(2026, 12, day, 12, 0, 0, 0, time.UTC)
+			o, _ := r["options"].(map[string]any)
+			if o == nil {
+				o = map[string]any{}
+			}
+			for i := 0; i+1 < len(opts); i += 2 {
+				o[opts[i]] = opts[i+1]
+			}
+			r["options"] = o
 		})
 	}
 	mk("redis", "unfenced-counter", "lost-update-invalid", "20261201T120000000Z", 1)
-	mk("redis", "fenced-counter", "fenced-rejection-valid", "20261202T120000000Z", 2)
+	// A run that came from a scenario: serve names it (and its bypass
+	// writer), so that a fenced run that lost updates explains itself.
+	mk("redis", "fenced-counter", "fenced-rejection-valid", "20261202T120000000Z", 2, "scenario", "bypass-writer", "bypass", "c1")
 	mk("etcd", "unfenced-counter", "lost-update-invalid", "20261203T120000000Z", 3)
 	last := mk("etcd", "unfenced-counter", "final-read-missing-unknown", "20261204T120000000Z", 4)
 	if err := os.Symlink(strings.TrimPrefix(last, root+"/"), filepath.Join(root, "latest")); err != nil {
@@ -72,7 +82,8 @@ func TestServeRuns(t *testing.T) {
 		rows  int
 		want  []string
 	}{
-		{"/", 4, []string{"4 runs under", `<option value="etcd">etcd</option>`, "/compare?nemesis=pause&amp;workload=unfenced-counter"}},
+		{"/", 4, []string{"4 runs under", `<option value="etcd">etcd</option>`, "/compare?nemesis=pause&amp;workload=unfenced-counter",
+			`title="a writer that skips the token beside fenced clients loses updates despite fencing">bypass-writer<div class="note">bypass writer c1</div>`, "<th>scenario</th>"}},
 		{"/?target=etcd", 2, []string{"2 match the filter", `<option value="etcd" selected>`}},
 		{"/?verdict=invalid", 2, nil},
 		{"/?workload=fenced-counter&verdict=valid", 1, []string{"/runs/redis-fenced-counter-pause/20261202T120000000Z/report.html"}},

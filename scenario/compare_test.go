@@ -13,9 +13,9 @@ func TestWriteComparison(t *testing.T) {
 	dir := t.TempDir()
 	run := func(sc string) Row { return Row{Scenario: sc, Dir: filepath.Join(dir, "runs", sc)} }
 	cols := []Column{
-		{Target: "etcd", Items: []Item{{Question: qExpiry, Pass: true, Evidence: "recovered"}}, Rows: []Row{run("holder-lost-recovery")}},
+		{Target: "etcd", Items: []Item{{Question: qExpiry, Answer: Pass, Evidence: "recovered", Runs: []RunRef{{Scenario: "holder-lost-recovery", Dir: filepath.Join(dir, "runs", "holder-lost-recovery"), Exercised: true}}}}, Rows: []Row{run("holder-lost-recovery")}},
 		{Target: "redis", Client: "redis-py", Library: "redis-py", Version: "4.3.4",
-			Items: []Item{{Question: qExpiry, Pass: false, Evidence: "stalled"}}, Rows: []Row{run("unfenced-late-write")}},
+			Items: []Item{{Question: qExpiry, Answer: Fail, Evidence: "stalled"}, {Question: qToken, Answer: NotTested, Evidence: "no kill", Runs: []RunRef{{Scenario: "unfenced-late-write", Dir: filepath.Join(dir, "runs", "unfenced-late-write")}}}}, Rows: []Row{run("unfenced-late-write")}},
 	}
 	var b strings.Builder
 	if err := WriteComparison(&b, filepath.Join(dir, "validate"), cols); err != nil {

@@ -9,9 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -20,6 +23,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
+	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
@@ -65,6 +69,12 @@ type Entry struct {
 	// the set's file.
 	ClientFiles    string   `yaml:"client_files,omitempty" json:"client_files,omitempty"`
 	ClientPackages []string `yaml:"client_packages,omitempty" json:"client_packages,omitempty"`
+	// RecipeOptions, when set (even empty), are the configuration under
+	// test: the runs' --recipe-opt settings are exactly these, in place of
+	// those the scenario chose for the backend (validate runs a backend as
+	// the team configured it, not in the configuration a scenario
+	// prefers).
+	RecipeOptions map[string]string `yaml:"recipe_options,omitempty" json:"recipe_options,omitempty"`
 }
 
 // clients are the clients an entry runs with ("" is the target's own).
@@ -77,14 +87,23 @@ func (e Entry) clients() []string {
 
 // config is the run options of scenario sc on backend b with client.
 func (e Entry) config(sc Scenario, b targets.Backend, client string, base harness.Config) (harness.Config, error) {
-	if _, err := targets.LookupRecipe(client); client == "" || err == nil {
-		return sc.ConfigWith(b, client, base)
+	var (
+		c   harness.Config
+		err error
+	)
+	if _, lerr := targets.LookupRecipe(client); client == "" || lerr == nil {
+		c, err = sc.ConfigWith(b, client, base)
+	} else {
+		c, err = sc.ConfigFor(b, base)
+		c.Client, c.ClientFiles, c.ClientPackages = client, e.ClientFiles, e.ClientPackages
 	}
-	c, err := sc.ConfigFor(b, base)
 	if err != nil {
 		return c, err
 	}
-	c.Client, c.ClientFiles, c.ClientPackages = client, e.ClientFiles, e.ClientPackages
+	if e.RecipeOptions != nil {
+		c.RecipeOptions = maps.Clone(e.RecipeOptions)
+	}
+	c.Scenario = sc.Name
 	return c, nil
 }
 
@@ -132,6 +151,9 @@ func LoadSet(nameOrPath string) (*Set, error) {
 	if err != nil {
 		return nil, harness.BadInput("read matrix set: %v", err)
 	}
+	if err := checkKeys(nameOrPath, b); err != nil {
+		return nil, err
+	}
 	var s Set
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
@@ -147,6 +169,100 @@ func LoadSet(nameOrPath string) (*Set, error) {
 		}
 	}
 	return &s, s.validate()
+}
+
+// checkKeys refuses a key a set or its entries do not have, in one line
+// naming the keys they do (a misspelt "target" would otherwise be a
+// decoder's multi-line message, or, without strict decoding, ignored).
+func checkKeys(name string, b []byte) error {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil || len(doc.Content) == 0 {
+		return nil // the decoder says what is wrong
+	}
+	top := doc.Content[0]
+	if err := unknownKey(top, reflect.TypeFor[Set]()); err != "" {
+		return harness.BadInput("matrix set %s: %s", name, err)
+	}
+	for i := 0; i+1 < len(top.Content); i += 2 {
+		if top.Content[i].Value != "scenarios" || top.Content[i+1].Kind != yaml.SequenceNode {
+			continue
+		}
+		for j, e := range top.Content[i+1].Content {
+			if err := unknownKey(e, reflect.TypeFor[Entry]()); err != "" {
+				return harness.BadInput("matrix set %s, scenarios[%d]: %s", name, j, err)
+			}
+		}
+	}
+	return nil
+}
+
+// unknownKey says the first key of mapping n that struct t has no yaml
+// field for, and t's keys ("" when all are known or n is no mapping).
+func unknownKey(n *yaml.Node, t reflect.Type) string {
+	if n.Kind != yaml.MappingNode {
+		return ""
+	}
+	var known []string
+	for f := range t.Fields() {
+		if k, _, _ := strings.Cut(f.Tag.Get("yaml"), ","); k != "" && k != "-" {
+			known = append(known, k)
+		}
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i].Value; !slices.Contains(known, k) {
+			return fmt.Sprintf("unknown key %q at line %d (known: %s)", k, n.Content[i].Line, strings.Join(known, ", "))
+		}
+	}
+	return ""
+}
+
+// Check prepares the run of every cell of s as the runner would, without
+// running anything, so that bad input (a time limit, an option the backend
+// does not take, a client that does not serve it) is refused before any
+// image or container work. backends resolves target names as
+// harness.Deps.Backends (nil: the registry).
+func (s *Set) Check(backends harness.Backends) error {
+	lookup := backends
+	if lookup == nil {
+		lookup = targets.Lookup
+	}
+	for _, e := range s.Entries {
+		sc, err := Lookup(e.Scenario)
+		if err != nil {
+			return harness.BadInput("matrix set %s: %v", s.Name, err)
+		}
+		names := e.Targets
+		if len(names) == 0 {
+			names = sc.Targets()
+		}
+		for _, t := range names {
+			b, err := lookup(t)
+			if err != nil {
+				return harness.BadInput("matrix set %s: %v", s.Name, err)
+			}
+			for _, cl := range e.clients() {
+				base := harness.DefaultConfig()
+				base.TimeLimit, base.Seed = s.TimeLimit, 1
+				cfg, err := e.config(sc, b, cl, base)
+				if err == nil {
+					_, err = harness.Prepare(cfg, backends)
+				}
+				if err != nil {
+					return harness.BadInput("matrix set %s, scenario %s on %s: %v", s.Name, sc.Name, t, errors.Unwrap(asInput(err)))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// asInput is err as an InputError (wrapping it when it is not one).
+func asInput(err error) error {
+	var ie *harness.InputError
+	if errors.As(err, &ie) {
+		return ie
+	}
+	return &harness.InputError{Err: err}
 }
 
 func (s *Set) validate() error {
@@ -250,6 +366,22 @@ type Row struct {
 	CheckTime     time.Duration `json:"check_ns"`
 	Duration      time.Duration `json:"duration_ns"`
 	Dir           string        `json:"dir"`
+	// UnderTest says the run used the recipe as a team would (the correct
+	// pattern, no drill, anti-pattern or known bug: Scenario.UnderTest).
+	UnderTest bool `json:"under_test,omitempty"`
+	// Fenced says the run's clients wrote with fencing tokens.
+	Fenced bool `json:"fenced,omitempty"`
+	// Options are the run's --recipe-opt settings (its configuration).
+	Options map[string]string `json:"recipe_options,omitempty"`
+	// The faults the run put on the system, by what they hit: kills of
+	// lock-service nodes (LeaderKills of them hit the leader), kills and
+	// pauses of clients, pauses of lock nodes, partitions.
+	NodeKills    int `json:"node_kills,omitempty"`
+	LeaderKills  int `json:"leader_kills,omitempty"`
+	ClientKills  int `json:"client_kills,omitempty"`
+	ClientPauses int `json:"client_pauses,omitempty"`
+	NodePauses   int `json:"node_pauses,omitempty"`
+	Partitions   int `json:"partitions,omitempty"`
 	// Mismatches are the ways the run differed from its expectation; an
 	// empty list (and no Error) is a pass.
 	Mismatches []string `json:"mismatches,omitempty"`
@@ -430,7 +562,7 @@ func (rn *Runner) Run(ctx context.Context, set *Set) *Matrix {
 }
 
 func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, e Entry, target, client string, seed uint64, expect Expect) Row {
-	row := Row{Scenario: sc.Name, AntiPattern: sc.AntiPattern, Target: target, Client: client, Seed: seed, Expected: expect, Verdict: checkers.Unknown}
+	row := Row{Scenario: sc.Name, AntiPattern: sc.AntiPattern, Target: target, Client: client, Seed: seed, Expected: expect, Verdict: checkers.Unknown, UnderTest: sc.UnderTest()}
 	base := harness.DefaultConfig()
 	base.TimeLimit, base.Seed, base.ResultsDir = set.TimeLimit, seed, rn.ResultsDir
 	lookup := rn.Deps.Backends
@@ -447,6 +579,7 @@ func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, e Entry, targe
 		row.Error = err.Error()
 		return row
 	}
+	row.Fenced, row.Options = cfg.Workload == "fenced-counter" && cfg.Bypass == "", cfg.RecipeOptions
 	start := time.Now()
 	out, err := harness.Run(ctx, cfg, rn.Deps)
 	row.Duration = time.Since(start)
@@ -476,9 +609,51 @@ func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, e Entry, targe
 	}
 	row.RenewFailures, row.Busy, row.Unavailable = res.Metrics.RenewFailures, res.Metrics.Busy, res.Metrics.Unavailable
 	row.HoldP99, row.LeaseTTL = res.Metrics.Hold.P99, cfg.LeaseTTL
+	row.countFaults(res.Faults)
 	row.Mismatches = expect.Mismatches(res)
 	return row
 }
+
+// countFaults counts the run's faults by what they hit. Clients are the
+// nodes the harness calls cN, the counter store "store"; every other
+// target is a lock-service node.
+func (r *Row) countFaults(ws []checkers.Window) {
+	client := func(ts []string) bool {
+		for _, t := range ts {
+			if !clientName.MatchString(t) {
+				return false
+			}
+		}
+		return len(ts) > 0
+	}
+	for _, w := range ws {
+		switch w.F {
+		case "kill":
+			switch {
+			case w.Detail == nemesis.KillDetailLeader:
+				r.NodeKills++
+				r.LeaderKills++
+			case w.Detail == nemesis.KillDetailNode:
+				r.NodeKills++
+			case client(w.Targets):
+				r.ClientKills++
+			case len(w.Targets) > 0 && w.Targets[0] != "store":
+				r.NodeKills++ // recorded before kills said what they hit
+			}
+		case "pause":
+			switch {
+			case client(w.Targets):
+				r.ClientPauses++
+			case len(w.Targets) > 0 && w.Targets[0] != "store":
+				r.NodePauses++
+			}
+		case "partition":
+			r.Partitions++
+		}
+	}
+}
+
+var clientName = regexp.MustCompile(`^c[0-9]+$`)
 
 // WriteTable prints the matrix as a table.
 func (m *Matrix) WriteTable(w io.Writer) error {
@@ -560,6 +735,7 @@ type junitSuite struct {
 	Tests    int         `xml:"tests,attr"`
 	Failures int         `xml:"failures,attr"`
 	Errors   int         `xml:"errors,attr"`
+	Skipped  int         `xml:"skipped,attr,omitempty"`
 	Time     float64     `xml:"time,attr"`
 	Cases    []junitCase `xml:"testcase"`
 }
@@ -570,7 +746,12 @@ type junitCase struct {
 	Time      float64       `xml:"time,attr"`
 	Failure   *junitProblem `xml:"failure,omitempty"`
 	Error     *junitProblem `xml:"error,omitempty"`
+	Skipped   *junitSkip    `xml:"skipped,omitempty"`
 	SystemOut string        `xml:"system-out,omitempty"`
+}
+
+type junitSkip struct {
+	Message string `xml:"message,attr"`
 }
 
 type junitProblem struct {

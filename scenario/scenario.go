@@ -47,7 +47,17 @@ type Scenario struct {
 	Apply func(c *harness.Config, b targets.Backend)
 	// Expect is the outcome a correct harness must see.
 	Expect Expect
+	// Drill says that the scenario makes its holders abnormal on purpose
+	// (slow, say) to show one behaviour: the adoption checklist reports
+	// what it shows as the drill's result and never judges the recipe's
+	// ordinary use (its hold times, say) on its runs.
+	Drill bool
 }
+
+// UnderTest reports whether s runs the recipe as a team would use it:
+// the correct pattern, neither an anti-pattern, a known bug nor a drill.
+// The checklist judges the recipe's ordinary behaviour on these runs only.
+func (s Scenario) UnderTest() bool { return s.AntiPattern == 0 && !s.Drill }
 
 // Expect is what a scenario's run must show. Zero fields are not checked.
 type Expect struct {
@@ -566,7 +576,29 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), NoEarlyOverlaps: true},
 		},
 		{
-			Name: "late-writer-drill", AntiPattern: 0, Needs: []Need{Fencing},
+			Name: "token-across-restarts", AntiPattern: 0, Needs: []Need{Fencing},
+			Title: "fencing tokens keep rising while the lock service itself is killed and restarted (its leader, when it has one)",
+			Apply: func(c *harness.Config, b targets.Backend) {
+				// The fault that breaks a fencing token: the service that
+				// gives it forgets it (a restart without persistence) or a
+				// new leader gives one from a state behind the old one's.
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				w := nemesis.Weights{nemesis.GroupNode: 1}
+				if b.Size > 1 && b.Leads {
+					w = nemesis.Weights{nemesis.GroupLeader: 1}
+				}
+				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = w
+				c.FaultMin, c.FaultMax, c.NemesisInterval = time.Second, 2*time.Second, 3*time.Second
+				if !b.Durable && len(b.DurableWith) > 0 {
+					// The configuration that keeps its tokens (validate
+					// runs the configuration under test instead).
+					c.RecipeOptions = maps.Clone(b.DurableWith)
+				}
+			},
+			Expect: Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid)},
+		},
+		{
+			Name: "late-writer-drill", AntiPattern: 0, Needs: []Need{Fencing}, Drill: true,
 			Title: "partition a slow holder from the lock service, heal, and watch fencing stop its late write",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "partition", 1, 4

@@ -72,6 +72,7 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		"delayed-renewal-unfenced": "etcd,lockd,zookeeper",
 		"delayed-renewal-fenced":   "etcd,lockd,zookeeper",
 		"slow-store-late-write":    "redis",
+		"token-across-restarts":    all,
 		// Known bugs: of Redlock (by its shape), and of one client
 		// option (only with that client, named by the set).
 		"redlock-clock-jump":             "redlock",

@@ -1,33 +1,24 @@
 package scenario
 
 import (
+	"encoding/xml"
 	"fmt"
 	"html/template"
 	"io"
+	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
-// validationScenarios back the checklist; checklistRuns says which of
-// them back each question (the comparison page links a cell to them).
-var (
-	validationScenarios = []string{"correct-pattern", "holder-lost-recovery", "late-writer-drill", "unfenced-late-write", "busy-vs-unavailable", "single-node-away"}
-	checklistRuns       = map[string][]string{
-		qExpiry:    {"holder-lost-recovery"},
-		qToken:     {"correct-pattern", "late-writer-drill"},
-		qOwner:     {"correct-pattern"},
-		qShort:     {"correct-pattern"},
-		qWatchdog:  {"late-writer-drill"},
-		qConsensus: {"correct-pattern"},
-		qBusy:      validationScenarios,
-		qMetrics:   {"correct-pattern"},
-		qDrill:     {"late-writer-drill"},
-	}
-)
+// validationScenarios back the checklist.
+var validationScenarios = []string{"correct-pattern", "token-across-restarts", "holder-lost-recovery", "late-writer-drill", "unfenced-late-write", "busy-vs-unavailable", "single-node-away"}
 
 // The checklist's questions.
 const (
@@ -43,39 +34,49 @@ const (
 )
 
 // ValidationSet is the set `splitbrain validate` runs against one target:
-// the scenarios whose results back the lock-safety checklist.
+// the scenarios whose results back the lock-safety checklist, in the
+// target's default configuration.
 func ValidationSet(target string, timeLimit time.Duration) *Set {
-	s, _ := ValidationSetWith(target, "", timeLimit)
+	s, _ := ValidationSetWith(target, "", nil, timeLimit)
 	return s
 }
 
 // ValidationSetWith is ValidationSet with the lock client called client
-// (a registered library; "" is the target's own): the scenarios that
-// apply with it.
-func ValidationSetWith(target, client string, timeLimit time.Duration) (*Set, error) {
+// (a registered library; "" is the target's own) and the configuration
+// under test opts (validate --recipe-opt; nil: the defaults): the
+// scenarios that apply with it, each run in that configuration, never in
+// one a scenario prefers. Options the target and client do not take are
+// refused (an InputError naming the known ones).
+func ValidationSetWith(target, client string, opts map[string]string, timeLimit time.Duration) (*Set, error) {
 	b, err := targets.Lookup(target)
 	if err != nil {
-		return nil, err
+		return nil, harness.BadInput("%v", err)
 	}
 	r, err := b.RunRecipe()
 	if client != "" {
 		r, err = targets.LookupRecipe(client)
 	}
 	if err != nil {
-		return nil, err
+		return nil, harness.BadInput("%v", err)
 	}
 	if !r.Serves(b.Name) {
-		return nil, fmt.Errorf("client %s does not serve target %s (it serves %s)", r.Kind, target, strings.Join(r.Backends, ", "))
+		return nil, harness.BadInput("client %s does not serve target %s (it serves %s)", r.Kind, target, strings.Join(r.Backends, ", "))
+	}
+	if err := b.CheckOptionsWith(r, opts); err != nil {
+		return nil, harness.BadInput("--recipe-opt: %v", err)
 	}
 	name := "validate-" + target
 	if client != "" && client != b.Recipe {
 		name += "-" + client
 	}
+	if opts == nil {
+		opts = map[string]string{}
+	}
 	s := &Set{Name: name, TimeLimit: timeLimit, Seeds: []uint64{1}, Repetitions: 1}
 	for _, n := range validationScenarios {
 		sc, _ := Lookup(n)
 		if sc.AppliesWith(b, r) {
-			e := Entry{Scenario: n, Targets: []string{target}}
+			e := Entry{Scenario: n, Targets: []string{target}, RecipeOptions: maps.Clone(opts)}
 			if client != "" && client != b.Recipe {
 				e.Clients = []string{client}
 			}
@@ -85,127 +86,453 @@ func ValidationSetWith(target, client string, timeLimit time.Duration) (*Set, er
 	return s, nil
 }
 
-// Item is one line of the checklist.
+// Answer is a checklist item's answer.
+type Answer string
+
+// Answers. An item none of whose runs put its fault on the system answers
+// NotTested, never Pass: a property a run did not challenge was not shown.
+const (
+	Pass      Answer = "PASS"
+	Fail      Answer = "FAIL"
+	NotTested Answer = "NOT TESTED"
+)
+
+// RunRef is a run behind an answer.
+type RunRef struct {
+	Scenario string `json:"scenario"`
+	Seed     uint64 `json:"seed"`
+	// Dir is the run's results directory (report.html, results.json).
+	Dir string `json:"dir"`
+	// Exercised says the run put the item's fault on the system.
+	Exercised bool `json:"exercised"`
+	// Drill says the run is a drill (or an anti-pattern) whose result is
+	// reported as its own, not the recipe's ordinary behaviour.
+	Drill bool `json:"drill,omitempty"`
+}
+
+// Item is one line of the checklist: the property it judges, the fault
+// that would break it, the answer and the runs behind it.
 type Item struct {
 	Question string `json:"question"`
-	Pass     bool   `json:"pass"`
-	Evidence string `json:"evidence"`
+	// Property is what the item judges; Fault is what would break it.
+	Property string   `json:"property"`
+	Fault    string   `json:"fault"`
+	Answer   Answer   `json:"answer"`
+	Evidence string   `json:"evidence"`
+	Runs     []RunRef `json:"runs,omitempty"`
+}
+
+// Passed reports whether the item answered PASS.
+func (it Item) Passed() bool { return it.Answer == Pass }
+
+// Exercised counts the item's runs that put its fault on the system.
+func (it Item) Exercised() int {
+	n := 0
+	for _, r := range it.Runs {
+		if r.Exercised {
+			n++
+		}
+	}
+	return n
+}
+
+// question is one checklist item: what it judges, the fault that breaks
+// it, which runs may show it, which of them put the fault on the system,
+// and how it is answered from those.
+type question struct {
+	q, property, fault string
+	// runs are the scenarios the item looks at.
+	runs func(r Row) bool
+	// exercised says a run put the item's fault on the system.
+	exercised func(b targets.Backend, r Row) bool
+	// judge answers from the runs (all) and those that exercised the
+	// fault (ex, non-empty unless the item may fail without them).
+	judge func(b targets.Backend, all, ex []Row) (Answer, string)
+	// notTested says why no run exercised the fault.
+	notTested string
+	// failsUnexercised says the item may FAIL on runs that did not put
+	// its fault on the system (what they showed is a failure anyway, or
+	// the backend's declaration fails it); otherwise it is NOT TESTED.
+	failsUnexercised bool
+}
+
+func scenarioIs(names ...string) func(Row) bool {
+	return func(r Row) bool { return slices.Contains(names, r.Scenario) }
+}
+
+// questions are the checklist, in the lock-safety brief's order.
+var questions = []question{
+	{
+		q:         qExpiry,
+		property:  "a lock whose holder dies is freed by the service when its lease runs out, and granted again",
+		fault:     "a holder killed in its critical section",
+		runs:      scenarioIs("holder-lost-recovery"),
+		exercised: func(_ targets.Backend, r Row) bool { return r.ClientKills > 0 },
+		notTested: "no run killed a holder",
+		judge: func(_ targets.Backend, _, ex []Row) (Answer, string) {
+			a, stall, ttl, stuck := Pass, time.Duration(0), time.Duration(0), 0
+			for _, r := range ex {
+				stall, ttl = max(stall, r.Stall), r.LeaseTTL
+				if r.StalledToEnd {
+					stuck++
+				}
+				if r.StalledToEnd || !r.Pass() {
+					a = Fail
+				}
+			}
+			return a, fmt.Sprintf("%d holder kills; longest stall %v with TTL %v; %d keys never recovered%s",
+				sum(ex, func(r Row) int { return r.ClientKills }), stall.Round(100*time.Millisecond), ttl, stuck, mismatches(ex))
+		},
+	},
+	{
+		q:        qToken,
+		property: "every grant's fencing token is above every earlier grant's, and the store refuses an older token on every write",
+		fault:    "the lock service killed and restarted (its leader, when it has several members): a service that forgets its counter, or a new leader behind the old one, gives low tokens again",
+		runs:     func(r Row) bool { return r.Fenced },
+		exercised: func(b targets.Backend, r Row) bool {
+			if b.Size > 1 && b.Leads {
+				return r.LeaderKills > 0
+			}
+			return r.NodeKills > 0
+		},
+		notTested:        "no fenced run killed the lock service (or, with several members, its leader)",
+		failsUnexercised: true,
+		judge: func(b targets.Backend, all, ex []Row) (Answer, string) {
+			out, lockBad, rej := 0, 0, 0
+			for _, r := range all {
+				out += r.NonMonotonic
+				rej += r.Rejections
+				if r.Lock == checkers.Invalid {
+					lockBad++
+				}
+			}
+			kills := fmt.Sprintf("%d fenced runs, %d of them killed the lock service (%d kills, %d of its leader)",
+				len(all), len(ex), sum(ex, func(r Row) int { return r.NodeKills }), sum(ex, func(r Row) int { return r.LeaderKills }))
+			ev := fmt.Sprintf("%s: %d grants out of token order, %d runs whose lock broke its fence order, %d stale writes refused by the store",
+				kills, out, lockBad, rej)
+			switch {
+			case out > 0 || lockBad > 0:
+				return Fail, ev + durableHint(b, all)
+			case len(ex) == 0:
+				return NotTested, ev
+			case rej == 0:
+				return NotTested, ev + " (no stale write reached the store: its check was not exercised)"
+			}
+			return Pass, ev
+		},
+	},
+	{
+		q:                qOwner,
+		property:         "a release deletes only the releaser's own lock: no live lock is given away",
+		fault:            "a holder paused past its lease, releasing after another client took the lock",
+		runs:             func(r Row) bool { return r.UnderTest },
+		exercised:        func(_ targets.Backend, r Row) bool { return r.ClientPauses > 0 },
+		notTested:        "no run of the recipe under test paused a holder",
+		failsUnexercised: true,
+		judge: func(_ targets.Backend, all, ex []Row) (Answer, string) {
+			early := sum(all, func(r Row) int { return r.Early })
+			ev := fmt.Sprintf("%d holder pauses in %d runs: %d overlapping holds, %d of them a live lock given away",
+				sum(ex, func(r Row) int { return r.ClientPauses }), len(ex), sum(all, func(r Row) int { return r.Overlaps }), early)
+			if early > 0 {
+				return Fail, ev
+			}
+			if len(ex) == 0 {
+				return NotTested, ev
+			}
+			return Pass, ev
+		},
+	},
+	{
+		q:        qShort,
+		property: "the recipe under test holds its locks briefly against the lease (hold p99 under half the TTL), also while the lock service is faulted; holds a fault froze on purpose (a paused holder, a drill's slow holder) are not judged",
+		fault:    "faults on the lock service and on other clients (kills, leader loss, partitions) that slow grants, renewals and releases while sections run",
+		runs:     func(r Row) bool { return r.UnderTest || r.Scenario == "late-writer-drill" },
+		exercised: func(_ targets.Backend, r Row) bool {
+			return r.UnderTest && r.Faults > 0 && r.Ops > 0 && r.ClientPauses == 0
+		},
+		notTested: "no run of the recipe under test completed critical sections under faults that left its holders running",
+		judge: func(_ targets.Backend, all, ex []Row) (Answer, string) {
+			var p99, ttl time.Duration
+			for _, r := range ex {
+				p99, ttl = max(p99, r.HoldP99), r.LeaseTTL
+			}
+			ev := fmt.Sprintf("hold p99 %v against a %v lease in %d runs of the recipe under test", p99.Round(time.Millisecond), ttl, len(ex))
+			for _, r := range all {
+				switch {
+				case !r.UnderTest:
+					ev += fmt.Sprintf("; %s (drill, slow holders on purpose): hold p99 %v, not judged", r.Scenario, r.HoldP99.Round(time.Millisecond))
+				case r.ClientPauses > 0:
+					ev += fmt.Sprintf("; %s (%d holders paused on purpose): hold p99 %v, not judged", r.Scenario, r.ClientPauses, r.HoldP99.Round(time.Millisecond))
+				}
+			}
+			switch {
+			case len(ex) == 0:
+				return NotTested, ev
+			case p99 >= ttl/2:
+				return Fail, ev
+			}
+			return Pass, ev
+		},
+	},
+	{
+		q:         qWatchdog,
+		property:  "a holder renews its lease only while it reaches the lock service: cut off, its renewals fail and the lease runs out",
+		fault:     "a holder cut off from the lock service during a hold longer than the lease (late-writer-drill)",
+		runs:      scenarioIs("late-writer-drill"),
+		exercised: func(_ targets.Backend, r Row) bool { return r.Partitions > 0 },
+		notTested: "no run cut a holder off from the lock service",
+		judge: func(_ targets.Backend, _, ex []Row) (Answer, string) {
+			n := sum(ex, func(r Row) int { return r.RenewFailures })
+			ev := fmt.Sprintf("drill: %d partitions, %d renewals failed while holders were cut off", sum(ex, func(r Row) int { return r.Partitions }), n)
+			if n == 0 {
+				return Fail, ev + " (none: the recipe does not renew, a fixed TTL)"
+			}
+			return Pass, ev
+		},
+	},
+	{
+		q:        qConsensus,
+		property: "the lock service is replicated with a leader (3 or more members), and the fenced correct pattern stays correct when members are cut off or killed",
+		fault:    "partitions and kills of lock-service members (and of its leader)",
+		runs:     scenarioIs("correct-pattern", "token-across-restarts"),
+		exercised: func(_ targets.Backend, r Row) bool {
+			return r.NodeKills > 0 || (r.Scenario == "correct-pattern" && r.Partitions > 0)
+		},
+		notTested:        "no fenced run of the recipe under test partitioned or killed lock-service members",
+		failsUnexercised: true,
+		judge: func(b targets.Backend, _, ex []Row) (Answer, string) {
+			ev := fmt.Sprintf("%d lock nodes, leader: %v", b.Size, b.Leads)
+			if b.Size < 3 || !b.Leads {
+				return Fail, ev + ": not a consensus-backed service (by its declaration)"
+			}
+			ev += fmt.Sprintf("; %d fenced runs under member faults (%d partitions, %d kills)", len(ex),
+				sum(ex, func(r Row) int { return r.Partitions }), sum(ex, func(r Row) int { return r.NodeKills }))
+			if len(ex) == 0 {
+				return NotTested, ev
+			}
+			for _, r := range ex {
+				if !r.Pass() {
+					return Fail, ev + mismatches(ex)
+				}
+			}
+			return Pass, ev + ", all as expected"
+		},
+	},
+	{
+		q:         qBusy,
+		property:  "a failed acquisition says whether the lock was held (busy) or the service could not answer (unavailable)",
+		fault:     "clients cut off from the lock service while others contend for the lock",
+		runs:      scenarioIs("busy-vs-unavailable", "single-node-away"),
+		exercised: func(_ targets.Backend, r Row) bool { return r.Partitions > 0 },
+		notTested: "no run cut clients off from the lock service",
+		judge: func(_ targets.Backend, _, ex []Row) (Answer, string) {
+			busy, un := sum(ex, func(r Row) int { return r.Busy }), sum(ex, func(r Row) int { return r.Unavailable })
+			ev := fmt.Sprintf("drills: %d acquisitions failed because the lock was held, %d because the service could not answer", busy, un)
+			for _, r := range ex {
+				if !r.Pass() {
+					return Fail, ev + mismatches(ex)
+				}
+			}
+			if busy == 0 || un == 0 {
+				return Fail, ev
+			}
+			return Pass, ev
+		},
+	},
+	{
+		q:         qMetrics,
+		property:  "every run records lock wait, hold time, renew failures and fencing rejections (results.json, metrics)",
+		fault:     "faults that make acquisitions wait and fail, renewals fail and stale writes be refused",
+		runs:      func(Row) bool { return true },
+		exercised: func(_ targets.Backend, r Row) bool { return r.Faults > 0 && r.Ops > 0 },
+		notTested: "no run completed critical sections under faults",
+		judge: func(_ targets.Backend, _, ex []Row) (Answer, string) {
+			var p99 time.Duration
+			for _, r := range ex {
+				p99 = max(p99, r.HoldP99)
+			}
+			rf, rej := sum(ex, func(r Row) int { return r.RenewFailures }), sum(ex, func(r Row) int { return r.Rejections })
+			fails := sum(ex, func(r Row) int { return r.Busy + r.Unavailable })
+			ev := fmt.Sprintf("%d runs under faults recorded hold p99 up to %v, %d failed acquisitions, %d renew failures, %d fencing rejections",
+				len(ex), p99.Round(time.Millisecond), fails, rf, rej)
+			if p99 == 0 || fails+rf+rej == 0 {
+				return Fail, ev + " (nothing recorded)"
+			}
+			return Pass, ev
+		},
+	},
+	{
+		q:         qDrill,
+		property:  "a slow holder partitioned from the lock service, then healed, writes late and fencing refuses its write",
+		fault:     "a holder partitioned from the lock service mid-section and healed (late-writer-drill)",
+		runs:      scenarioIs("late-writer-drill"),
+		exercised: func(_ targets.Backend, r Row) bool { return r.Partitions > 0 },
+		notTested: "the drill cut no holder off",
+		judge: func(_ targets.Backend, _, ex []Row) (Answer, string) {
+			late := sum(ex, func(r Row) int { return r.LateRejected })
+			ev := fmt.Sprintf("drill: %d partitions, %d late writes refused by fencing", sum(ex, func(r Row) int { return r.Partitions }), late)
+			for _, r := range ex {
+				if r.Verdict == checkers.Invalid {
+					return Fail, ev + "; verdict invalid" + mismatches(ex)
+				}
+			}
+			if late == 0 {
+				return NotTested, ev + " (no late write happened: no cut landed on a holder mid-section)"
+			}
+			return Pass, ev
+		},
+	},
+}
+
+func sum(rows []Row, f func(Row) int) int {
+	n := 0
+	for _, r := range rows {
+		n += f(r)
+	}
+	return n
+}
+
+// mismatches says how runs missed their expectations ("" when none did).
+func mismatches(rows []Row) string {
+	var out []string
+	for _, r := range rows {
+		if len(r.Mismatches) > 0 {
+			out = append(out, r.Scenario+": "+strings.Join(r.Mismatches, ", "))
+		}
+	}
+	if len(out) == 0 {
+		return ""
+	}
+	return "; " + strings.Join(out, "; ")
+}
+
+// durableHint names the configuration in which b keeps its tokens across
+// a restart, when the runs had another.
+func durableHint(b targets.Backend, rows []Row) string {
+	if len(b.DurableWith) == 0 {
+		return ""
+	}
+	for _, r := range rows {
+		for k, v := range b.DurableWith {
+			if r.Options[k] != v {
+				return fmt.Sprintf("; it keeps its tokens across restarts with --recipe-opt %s", kvs(b.DurableWith))
+			}
+		}
+	}
+	return ""
+}
+
+func kvs(m map[string]string) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, k+"="+m[k])
+	}
+	return strings.Join(out, ",")
 }
 
 // Checklist answers the lock-safety brief's checklist for one backend from
-// the rows of its validation set; b tells its shape.
+// the rows of its validation set; b tells its shape. Each item looks at
+// the runs that can show it and answers NOT TESTED when none of them put
+// its fault on the system; runs that ended in a harness error count for
+// nothing.
 func Checklist(b targets.Backend, m *Matrix) []Item {
-	rows := map[string]Row{}
-	for _, r := range m.Rows {
-		rows[r.Scenario] = r
-	}
-	get := func(name string) (Row, bool) { r, ok := rows[name]; return r, ok && r.Error == "" }
 	var items []Item
-	add := func(q string, pass bool, format string, args ...any) {
-		items = append(items, Item{Question: q, Pass: pass, Evidence: fmt.Sprintf(format, args...)})
-	}
-
-	if r, ok := get("holder-lost-recovery"); ok {
-		add(qExpiry, !r.StalledToEnd && r.Pass(),
-			"holders killed mid-section; longest stall %v with TTL %v, %s", r.Stall.Round(100*time.Millisecond), r.LeaseTTL, recovered(r))
-	} else {
-		add(qExpiry, false, "not run")
-	}
-
-	fenced := []Row{}
-	for _, n := range []string{"correct-pattern", "late-writer-drill"} {
-		if r, ok := get(n); ok {
-			fenced = append(fenced, r)
+	for _, q := range questions {
+		it := Item{Question: q.q, Property: q.property, Fault: q.fault}
+		var all, ex []Row
+		for _, r := range m.Rows {
+			if r.Error != "" || !q.runs(r) {
+				continue
+			}
+			e := q.exercised(b, r)
+			all = append(all, r)
+			if e {
+				ex = append(ex, r)
+			}
+			it.Runs = append(it.Runs, RunRef{Scenario: r.Scenario, Seed: r.Seed, Dir: r.Dir, Exercised: e, Drill: !r.UnderTest})
 		}
-	}
-	nonMono, rejected := 0, 0
-	for _, r := range fenced {
-		nonMono += r.NonMonotonic
-		rejected += r.Rejections
-	}
-	add(qToken, len(fenced) > 0 && nonMono == 0 && rejected > 0,
-		"%d fenced runs: %d tokens out of grant order, %d stale accesses refused by the store", len(fenced), nonMono, rejected)
-
-	if r, ok := get("correct-pattern"); ok {
-		add(qOwner, r.Early == 0,
-			"%d overlapping holds under faults, %d of them a live lock given away", r.Overlaps, r.Early)
-		add(qShort, r.HoldP99 < r.LeaseTTL/2,
-			"hold p99 %v against a %v lease", r.HoldP99.Round(time.Millisecond), r.LeaseTTL)
-	} else {
-		add(qOwner, false, "not run")
-		add(qShort, false, "not run")
-	}
-
-	if r, ok := get("late-writer-drill"); ok {
-		add(qWatchdog, r.RenewFailures > 0,
-			"%d renewals failed while holders were cut off from the lock service (0 means the recipe does not renew: a fixed TTL)", r.RenewFailures)
-	} else {
-		add(qWatchdog, false, "not run")
-	}
-
-	size, leads := b.Size, b.Leads
-	cp, cpOK := get("correct-pattern")
-	add(qConsensus, size >= 3 && leads && cpOK && cp.Pass(),
-		"%d lock nodes, leader: %v; fenced run under partitions %s", size, leads, verdictWord(cp, cpOK))
-
-	busy, unavail := 0, 0
-	for _, r := range m.Rows {
-		busy += r.Busy
-		unavail += r.Unavailable
-	}
-	add(qBusy, busy > 0 && unavail > 0,
-		"%d acquisitions failed because the lock was held, %d because the service could not answer", busy, unavail)
-
-	add(qMetrics, len(m.Rows) > 0,
-		"recorded by every run's results.json (metrics section)%s", metricsLine(cp, cpOK))
-
-	if r, ok := get("late-writer-drill"); ok {
-		add(qDrill, r.LateRejected > 0 && r.Pass(),
-			"%d late writes by holders cut off from the lock service were refused by fencing; verdict %s", r.LateRejected, r.Verdict)
-	} else {
-		add(qDrill, false, "not run")
+		it.Answer, it.Evidence = q.judge(b, all, ex)
+		if len(ex) == 0 && (it.Answer == Pass || (it.Answer == Fail && !q.failsUnexercised)) {
+			// Never an answer from runs that did not challenge the
+			// property.
+			it.Answer = NotTested
+		}
+		if it.Answer == NotTested {
+			why := q.notTested
+			if len(all) == 0 {
+				why = "none of its runs ran"
+			}
+			it.Evidence = why + "; " + it.Evidence
+		}
+		items = append(items, it)
 	}
 	return items
 }
 
-func recovered(r Row) string {
-	if r.StalledToEnd {
-		return "a key never recovered"
-	}
-	return "every key recovered"
-}
-
-func verdictWord(r Row, ok bool) string {
-	if !ok {
-		return "not run"
-	}
-	return "came out valid=" + r.Verdict.String()
-}
-
-func metricsLine(r Row, ok bool) string {
-	if !ok {
-		return ""
-	}
-	return fmt.Sprintf("; e.g. hold p99 %v, %d renew failures, %d fencing rejections", r.HoldP99.Round(time.Millisecond), r.RenewFailures, r.Rejections)
-}
-
-// WriteChecklist prints the checklist, a PASS/FAIL line per item.
+// WriteChecklist prints the checklist: per item its answer and question,
+// the property it judges, the fault that would break it, the evidence and
+// the runs behind it (their directories; * marks those that put the fault
+// on the system).
 func WriteChecklist(w io.Writer, target string, items []Item) {
 	fmt.Fprintf(w, "Lock-safety checklist for %s\n", target)
+	count := map[Answer]int{}
 	for _, it := range items {
-		mark := "PASS"
-		if !it.Pass {
-			mark = "FAIL"
+		count[it.Answer]++
+		fmt.Fprintf(w, "  %-10s  %s\n", it.Answer, it.Question)
+		fmt.Fprintf(w, "  %-10s  judges: %s\n", "", it.Property)
+		fmt.Fprintf(w, "  %-10s  fault:  %s\n", "", it.Fault)
+		fmt.Fprintf(w, "  %-10s  shown:  %s\n", "", it.Evidence)
+		for _, r := range it.Runs {
+			mark, note := " ", ""
+			if r.Exercised {
+				mark = "*"
+			}
+			if r.Drill {
+				note = " (drill)"
+			}
+			fmt.Fprintf(w, "  %-10s  %s run:  %s%s %s\n", "", mark, r.Scenario, note, r.Dir)
 		}
-		fmt.Fprintf(w, "  %s  %-66s %s\n", mark, it.Question, it.Evidence)
 	}
-	passed := 0
-	for _, it := range items {
-		if it.Pass {
-			passed++
+	fmt.Fprintf(w, "%d of %d items pass, %d fail, %d not tested (* marks the runs that put an item's fault on the system).\n",
+		count[Pass], len(items), count[Fail], count[NotTested])
+}
+
+// WriteChecklistJUnit writes the checklists of cols as JUnit XML: a suite
+// per backend and client, a test case per item (a failure for FAIL, a
+// skip for NOT TESTED with why), each listing the runs behind it.
+func WriteChecklistJUnit(path string, cols []Column) error {
+	var doc junitSuites
+	for _, c := range cols {
+		suite := junitSuite{Name: "splitbrain.validate." + strings.ReplaceAll(c.Title(), " / ", ".")}
+		for _, it := range c.Items {
+			jc := junitCase{Name: it.Question, Classname: "splitbrain.validate." + c.Target}
+			var out []string
+			out = append(out, "judges: "+it.Property, "fault: "+it.Fault, "shown: "+it.Evidence)
+			for _, r := range it.Runs {
+				out = append(out, fmt.Sprintf("run: %s exercised=%v results=%s", r.Scenario, r.Exercised, r.Dir))
+			}
+			jc.SystemOut = strings.Join(out, "\n")
+			switch it.Answer {
+			case Fail:
+				jc.Failure = &junitProblem{Message: it.Evidence, Type: "checklist", Text: jc.SystemOut}
+				suite.Failures++
+			case NotTested:
+				jc.Skipped = &junitSkip{Message: "NOT TESTED: " + it.Evidence}
+				suite.Skipped++
+			}
+			suite.Cases = append(suite.Cases, jc)
+			suite.Tests++
 		}
+		doc.Suites = append(doc.Suites, suite)
 	}
-	fmt.Fprintf(w, "%d of %d items pass.\n", passed, len(items))
+	b, err := xml.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode junit: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("write junit: %w", err)
+	}
+	return os.WriteFile(path, append([]byte(xml.Header), append(b, '\n')...), 0o644)
 }
 
 // Column is one backend and client of a comparison: its checklist and the
@@ -229,45 +556,45 @@ func (c Column) Title() string {
 	return t
 }
 
-// runsFor are the column's runs behind question q.
-func (c Column) runsFor(q string) []Row {
-	var out []Row
-	for _, r := range c.Rows {
-		if slices.Contains(checklistRuns[q], r.Scenario) && r.Dir != "" {
-			out = append(out, r)
-		}
-	}
-	return out
-}
-
 // WriteComparison writes one HTML page comparing columns: the checklist's
 // questions as rows, a column per backend and client, each cell PASS or
 // FAIL with its evidence and links to the runs behind it (their
 // report.html, relative to dir, where the page goes).
 func WriteComparison(w io.Writer, dir string, cols []Column) error {
+	type link struct {
+		Name, Href string
+		Exercised  bool
+	}
 	type cell struct {
-		Pass     bool
+		Answer   Answer
+		Class    string
 		Evidence string
-		Runs     []struct{ Name, Href string }
+		Runs     []link
 	}
 	type row struct {
-		Question string
-		Cells    []cell
+		Question, Property, Fault string
+		Cells                     []cell
 	}
 	var rows []row
-	for i, q := range []string{qExpiry, qToken, qOwner, qShort, qWatchdog, qConsensus, qBusy, qMetrics, qDrill} {
-		r := row{Question: q}
+	for i, qq := range questions {
+		q := qq.q
+		r := row{Question: q, Property: qq.property, Fault: qq.fault}
 		for _, c := range cols {
-			var ce cell
+			ce := cell{Answer: NotTested, Class: "nottested", Evidence: "not asked"}
 			if i < len(c.Items) && c.Items[i].Question == q {
-				ce.Pass, ce.Evidence = c.Items[i].Pass, c.Items[i].Evidence
-			}
-			for _, run := range c.runsFor(q) {
-				href := filepath.Join(run.Dir, "report.html")
-				if rel, err := filepath.Rel(dir, href); err == nil {
-					href = rel
+				it := c.Items[i]
+				ce.Answer, ce.Evidence = it.Answer, it.Evidence
+				ce.Class = strings.ToLower(strings.ReplaceAll(string(it.Answer), " ", ""))
+				for _, run := range it.Runs {
+					if run.Dir == "" {
+						continue
+					}
+					href := filepath.Join(run.Dir, "report.html")
+					if rel, err := filepath.Rel(dir, href); err == nil {
+						href = rel
+					}
+					ce.Runs = append(ce.Runs, link{run.Scenario, filepath.ToSlash(href), run.Exercised})
 				}
-				ce.Runs = append(ce.Runs, struct{ Name, Href string }{run.Scenario, filepath.ToSlash(href)})
 			}
 			r.Cells = append(r.Cells, ce)
 		}
@@ -282,19 +609,20 @@ var comparisonPage = template.Must(template.New("compare").Parse(`<!doctype html
 body{font:14px system-ui,sans-serif;margin:2em}
 table{border-collapse:collapse}
 th,td{border:1px solid #ccc;padding:.4em .6em;vertical-align:top;max-width:22em}
-td.pass{background:#e8f5e9}td.fail{background:#ffebee}
+td.pass{background:#e8f5e9}td.fail{background:#ffebee}td.nottested{background:#fff8e1}
 .mark{font-weight:bold}.ev{color:#555;font-size:12px}
 a{color:#1565c0}
 </style></head><body>
 <h1>Lock-safety checklist, compared</h1>
 <p>Each column is one lock backend with one client, validated by real runs under faults
-(<code>splitbrain validate</code>); each cell answers one question of the checklist from those runs and links to them.</p>
+(<code>splitbrain validate</code>); each cell answers one question of the checklist from those runs and links to them
+(<b>bold</b>: the runs that put the question's fault on the system). NOT TESTED: none of its runs did.</p>
 <table>
 <tr><th>question</th>{{range .Cols}}<th>{{.Title}}{{if .Library}}<div class="ev">{{.Library}}</div>{{end}}</th>{{end}}</tr>
-{{range .Rows}}<tr><th style="text-align:left">{{.Question}}</th>{{range .Cells}}<td class="{{if .Pass}}pass{{else}}fail{{end}}">
-<span class="mark">{{if .Pass}}PASS{{else}}FAIL{{end}}</span>
+{{range .Rows}}<tr><th style="text-align:left">{{.Question}}<div class="ev">judges: {{.Property}}</div><div class="ev">fault: {{.Fault}}</div></th>{{range .Cells}}<td class="{{.Class}}">
+<span class="mark">{{.Answer}}</span>
 <div class="ev">{{.Evidence}}</div>
-{{range .Runs}}<a href="{{.Href}}">{{.Name}}</a> {{end}}</td>{{end}}</tr>
+{{range .Runs}}<a href="{{.Href}}">{{if .Exercised}}<b>{{.Name}}</b>{{else}}{{.Name}}{{end}}</a> {{end}}</td>{{end}}</tr>
 {{end}}</table>
 </body></html>
 `))

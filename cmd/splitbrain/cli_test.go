@@ -229,3 +229,55 @@ func TestRegisteredCommands(t *testing.T) {
 		t.Errorf("misspelt option: exit %d, %q", code, stderr)
 	}
 }
+
+// TestValidateRefusesBeforeImages: validate's and matrix's bad input —
+// an unknown or unsupported option, a bad time limit, an unknown key in a
+// set — is one line and exit 254, found before any image or engine work:
+// the Docker daemon is unreachable here, and the command runs outside the
+// repository.
+func TestValidateRefusesBeforeImages(t *testing.T) {
+	t.Setenv("DOCKER_HOST", "unix://"+filepath.Join(t.TempDir(), "no.sock"))
+	dir := t.TempDir()
+	t.Chdir(dir)
+	set := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	typo := set("typo.yaml", "name: x\ntime_limit: 5s\nscenarios:\n  - name: correct-pattern\n    target: [redis]\n")
+	top := set("top.yaml", "name: x\ntime_limit: 5s\nseed: [1]\nscenarios:\n  - name: correct-pattern\n")
+	short := set("short.yaml", "name: x\ntime_limit: 5s\nscenarios:\n  - {name: correct-pattern, targets: [redis], recipe_options: {persistence: never}}\n")
+	res := filepath.Join(dir, "results")
+	tests := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown recipe option", []string{"validate", "--target", "redis", "--recipe-opt", "nosuch=1"}, "unknown option nosuch for target redis (known: persistence, expiry, release)"},
+		{"bad option value", []string{"validate", "--target", "redis", "--recipe-opt", "persistence=never"}, "want one of none, aof-always, aof-everysec"},
+		{"option the backend lacks", []string{"validate", "--target", "etcd", "--recipe-opt", "persistence=aof-always"}, "unknown option persistence for target etcd (known: endpoints)"},
+		{"option the client lacks", []string{"validate", "--target", "redis", "--client", "redsync", "--recipe-opt", "expiry=none"}, "unknown option expiry for target redis (known: persistence)"},
+		{"malformed option", []string{"validate", "--recipe-opt", "novalue"}, "key=value"},
+		{"negative time limit", []string{"validate", "--target", "lockd", "--time-limit", "-1s"}, "--time-limit must be positive"},
+		{"zero time limit", []string{"validate", "--target", "redis", "--time-limit", "0s"}, "--time-limit must be positive"},
+		{"unknown key in an entry", []string{"matrix", "--set", typo}, `unknown key "target" at line 5 (known: name, targets, valid`},
+		{"unknown key in a set", []string{"matrix", "--set", top}, `unknown key "seed" at line 3 (known: name, time_limit, seeds, repetitions, scenarios)`},
+		{"bad option in a set", []string{"matrix", "--set", short}, "want one of none, aof-always, aof-everysec"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, _, stderr := run(t, append(tt.args, "--results", res)...)
+			if code != exitBadInput || !strings.Contains(stderr, tt.want) {
+				t.Fatalf("exit %d, want %d; stderr %q lacks %q", code, exitBadInput, stderr, tt.want)
+			}
+			if n := strings.Count(strings.TrimSpace(stderr), "\n"); n != 0 {
+				t.Fatalf("want one line, got %q", stderr)
+			}
+		})
+	}
+	if _, err := os.Stat(res); err == nil {
+		t.Errorf("bad input left a results directory")
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -197,6 +198,10 @@ func newMatrixCmd(g *globalFlags) *cobra.Command {
 			if mf.repeat < 0 {
 				return &usageError{fmt.Errorf("--repeat %d: want 1 or more", mf.repeat)}
 			}
+			// Every run's options, checked before any image work.
+			if err := set.Check(nil); err != nil {
+				return err
+			}
 			m, err := runMatrix(cmd, g, set, &mf)
 			if err != nil {
 				return err
@@ -216,23 +221,34 @@ func newValidateCmd(g *globalFlags) *cobra.Command {
 		clients   []string
 		timeLimit time.Duration
 		page      string
+		opts      []string
 		mf        matrixFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "validate",
 		Short: "Run the catalogue against backends and clients and answer the lock-safety checklist from the runs",
 		Long: "validate runs the scenarios that back the lock-safety checklist against a backend (with its own client,\n" +
-			"or each --client that serves it) and prints the checklist, a PASS/FAIL line per item backed by the runs.\n" +
-			"With several targets or clients it also writes one comparison page: checklist rows x backend/client\n" +
-			"columns, each cell linked to its runs.",
+			"or each --client that serves it) in the configuration under test (its defaults, or --recipe-opt) and\n" +
+			"prints the checklist: per item the property it judges, the fault that would break it, the answer and\n" +
+			"the runs behind it. An item none of whose runs put its fault on the system answers NOT TESTED, never\n" +
+			"PASS. It also writes the checklist page (checklist rows x backend/client columns, each cell linked to\n" +
+			"its runs) and, with --junit, the checklist as JUnit XML. docs/validate.md says what each item judges.",
 		Example: "  splitbrain validate --target etcd\n  splitbrain validate --target redis --client redis-py\n" +
-			"  splitbrain validate --target redis,etcd --client redis,redsync,etcd,etcd-v3.7",
+			"  splitbrain validate --target redis,etcd --client redis,redsync,etcd,etcd-v3.7\n" +
+			"  splitbrain validate --target redis --recipe-opt persistence=aof-always",
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			type job struct {
 				b      targets.Backend
 				client string
 				set    *scenario.Set
+			}
+			ro, err := parseKV(opts)
+			if err != nil {
+				return &usageError{err}
+			}
+			if _, err := g.logger(cmd.ErrOrStderr()); err != nil {
+				return err
 			}
 			var jobs []job
 			for _, t := range tgts {
@@ -252,9 +268,13 @@ func newValidateCmd(g *globalFlags) *cobra.Command {
 					}
 				}
 				for _, c := range cls {
-					set, err := scenario.ValidationSetWith(t, c, timeLimit)
+					set, err := scenario.ValidationSetWith(t, c, ro, timeLimit)
 					if err != nil {
-						return &harness.InputError{Err: err}
+						return err
+					}
+					// Every run's options, checked before any image work.
+					if err := set.Check(nil); err != nil {
+						return err
 					}
 					jobs = append(jobs, job{b: b, client: c, set: set})
 				}
@@ -265,6 +285,8 @@ func newValidateCmd(g *globalFlags) *cobra.Command {
 			var cols []scenario.Column
 			failed := false
 			var mismatch error
+			junit := mf.junit
+			mf.junit = "" // the checklist's, not each matrix's
 			for _, j := range jobs {
 				m, err := runMatrix(cmd, g, j.set, &mf)
 				if err != nil {
@@ -276,6 +298,7 @@ func newValidateCmd(g *globalFlags) *cobra.Command {
 				if j.client != "" {
 					name += " with client " + j.client
 				}
+				name += " in configuration " + configuration(j.b, ro)
 				for _, r := range m.Rows {
 					if r.Library != "" {
 						col.Library, col.Version = r.Library, r.Version
@@ -294,23 +317,27 @@ func newValidateCmd(g *globalFlags) *cobra.Command {
 					mismatch = err
 				}
 				for _, it := range items {
-					failed = failed || !it.Pass
+					failed = failed || it.Answer == scenario.Fail
 				}
 			}
-			if len(cols) > 1 || page != "" {
-				if page == "" {
-					page = filepath.Join(mf.results, "validate", "compare-"+time.Now().UTC().Format("20060102T150405Z")+".html")
-				}
-				if err := writeComparison(page, cols); err != nil {
+			if page == "" {
+				page = filepath.Join(mf.results, "validate", "checklist-"+time.Now().UTC().Format("20060102T150405Z")+".html")
+			}
+			if err := writeComparison(page, cols); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "\nchecklist page: %s\n", page)
+			if junit != "" {
+				if err := scenario.WriteChecklistJUnit(junit, cols); err != nil {
 					return err
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "\ncomparison: %s\n", page)
-			}
-			if mismatch != nil {
-				return mismatch
+				fmt.Fprintf(cmd.OutOrStdout(), "junit: %s\n", junit)
 			}
 			if failed {
 				return &exitError{code: exitInvalid, err: errors.New("validate: part of the checklist fails (see above)")}
+			}
+			if mismatch != nil {
+				return mismatch
 			}
 			return nil
 		},
@@ -318,9 +345,28 @@ func newValidateCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringSliceVar(&tgts, "target", []string{validateDefault()}, "backends: "+strings.Join(targets.Names(), ", ")+"; the default is the first with 3 or more nodes and a leader, as the checklist asks")
 	cmd.Flags().StringSliceVar(&clients, "client", nil, "lock clients to validate on each target they serve (default: each target's own)"+clientsHelp())
 	cmd.Flags().DurationVar(&timeLimit, "time-limit", 20*time.Second, "each run's test phase")
-	cmd.Flags().StringVar(&page, "page", "", "write the comparison page here (default with several columns: RESULTS/validate/compare-TIME.html)")
+	cmd.Flags().StringVar(&page, "page", "", "write the checklist page here (default: RESULTS/validate/checklist-TIME.html)")
+	cmd.Flags().StringArrayVar(&opts, "recipe-opt", nil, "the configuration under test, key=value (repeatable; unknown ones refused); each target's:"+recipeOptionsHelp())
 	mf.bind(cmd)
 	return cmd
+}
+
+// configuration says the configuration under test: the options given,
+// and each of the backend's own options left at its default.
+func configuration(b targets.Backend, opts map[string]string) string {
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(opts)) {
+		parts = append(parts, k+"="+opts[k])
+	}
+	for _, o := range b.Options {
+		if _, ok := opts[o.Name]; !ok && len(o.Values) > 0 {
+			parts = append(parts, o.Name+"="+o.Values[0]+" (default)")
+		}
+	}
+	if len(parts) == 0 {
+		return "default"
+	}
+	return strings.Join(parts, ", ")
 }
 
 // recipeOf is the recipe a validation of b with client runs.

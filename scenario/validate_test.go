@@ -1,0 +1,299 @@
+package scenario
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/harness"
+	"github.com/splitbrain/splitbrain/nemesis"
+	"github.com/splitbrain/splitbrain/targets"
+)
+
+// Backends of the checklist tests, by shape: a replicated service with a
+// leader, and a single node that keeps its tokens only when configured to.
+var (
+	leaderShape = targets.Backend{Name: "etcd", Size: 3, Leads: true, Durable: true}
+	singleShape = targets.Backend{Name: "redis", Size: 1, DurableWith: map[string]string{"persistence": "aof-always"}}
+)
+
+// run is a synthetic finished run of scenario sc: valid, 100 critical
+// sections of 100 ms p99 against a 2 s lease, changed by f.
+func run(sc string, f func(r *Row)) Row {
+	s, err := Lookup(sc)
+	if err != nil {
+		panic(err)
+	}
+	etcd, err := targets.Lookup("etcd")
+	if err != nil {
+		panic(err)
+	}
+	c, err := s.ConfigFor(etcd, harness.DefaultConfig())
+	if err != nil {
+		panic(err)
+	}
+	r := Row{Scenario: sc, AntiPattern: s.AntiPattern, Target: "t", Seed: 1, Verdict: checkers.Valid, Lock: checkers.Valid, Data: checkers.Valid,
+		Ops: 100, HoldP99: 100 * time.Millisecond, LeaseTTL: 2 * time.Second, Dir: "/results/" + sc,
+		UnderTest: s.UnderTest(), Fenced: c.Workload == "fenced-counter" && c.Bypass == ""}
+	if f != nil {
+		f(&r)
+	}
+	return r
+}
+
+// TestChecklistItems: each item answers PASS, FAIL, and NOT TESTED when
+// none of its runs put its fault on the system (never PASS then), judged
+// on synthetic runs.
+func TestChecklistItems(t *testing.T) {
+	faulted := func(r *Row) { r.Faults = 3 }
+	tests := []struct {
+		name string
+		q    string
+		b    targets.Backend
+		rows []Row
+		want Answer
+		says string
+	}{
+		// Lease with auto-expiry: a holder killed mid-section.
+		{"expiry: no holder killed", qExpiry, leaderShape, []Row{run("holder-lost-recovery", nil)}, NotTested, "no run killed a holder"},
+		{"expiry: recovered", qExpiry, leaderShape, []Row{run("holder-lost-recovery", func(r *Row) { r.ClientKills, r.Stall = 3, 2500*time.Millisecond })}, Pass, "3 holder kills"},
+		{"expiry: stuck", qExpiry, leaderShape, []Row{run("holder-lost-recovery", func(r *Row) {
+			r.ClientKills, r.StalledToEnd, r.Mismatches = 3, true, []string{"keys [k0] never recovered"}
+		})}, Fail, "1 keys never recovered"},
+		// Fencing token: the lock service killed (its leader).
+		{"token: a single node never killed (issue 21)", qToken, singleShape, []Row{
+			run("correct-pattern", func(r *Row) { r.Rejections = 12 }), run("late-writer-drill", func(r *Row) { r.Rejections, r.LateRejected = 3, 1 }),
+		}, NotTested, "no fenced run killed the lock service"},
+		{"token: members killed, never the leader", qToken, leaderShape, []Row{
+			run("correct-pattern", func(r *Row) { r.NodeKills, r.Rejections = 2, 5 }),
+		}, NotTested, "0 of its leader"},
+		{"token: leader killed, tokens in order", qToken, leaderShape, []Row{
+			run("token-across-restarts", func(r *Row) { r.NodeKills, r.LeaderKills = 4, 4 }),
+			run("late-writer-drill", func(r *Row) { r.Rejections = 2 }),
+		}, Pass, "4 kills, 4 of its leader"},
+		{"token: restarted without persistence", qToken, singleShape, []Row{
+			run("token-across-restarts", func(r *Row) {
+				r.NodeKills, r.NonMonotonic, r.Rejections, r.Lock, r.Verdict = 3, 18, 641, checkers.Invalid, checkers.Invalid
+				r.Options = map[string]string{}
+			}),
+		}, Fail, "--recipe-opt persistence=aof-always"},
+		{"token: killed, but no stale write reached the store", qToken, singleShape, []Row{
+			run("token-across-restarts", func(r *Row) { r.NodeKills = 3 }),
+		}, NotTested, "its check was not exercised"},
+		// Owner-checked release: a holder paused past its lease.
+		{"owner: no holder paused", qOwner, leaderShape, []Row{run("correct-pattern", faulted)}, NotTested, "paused a holder"},
+		{"owner: no live lock given away", qOwner, leaderShape, []Row{run("correct-pattern", func(r *Row) { r.ClientPauses, r.Overlaps = 4, 2 })}, Pass, "0 of them a live lock"},
+		{"owner: a live lock given away", qOwner, leaderShape, []Row{run("correct-pattern", func(r *Row) { r.ClientPauses, r.Overlaps, r.Early = 4, 2, 1 })}, Fail, "1 of them a live lock"},
+		// Short critical sections: the recipe under test, drills aside.
+		{"short: no run under faults", qShort, leaderShape, []Row{run("correct-pattern", nil)}, NotTested, "under faults"},
+		{"short: the drill's slow holder is not judged (issue 21)", qShort, singleShape, []Row{
+			run("correct-pattern", faulted),
+			run("late-writer-drill", func(r *Row) { r.Faults, r.HoldP99 = 3, time.Second }),
+		}, Pass, "late-writer-drill (drill, slow holders on purpose): hold p99 1s, not judged"},
+		{"short: a paused holder's hold is the pause's", qShort, leaderShape, []Row{
+			run("correct-pattern", func(r *Row) { r.Faults, r.ClientPauses, r.HoldP99 = 3, 1, 3563*time.Millisecond }),
+			run("token-across-restarts", func(r *Row) { r.Faults, r.NodeKills, r.HoldP99 = 2, 2, 170*time.Millisecond }),
+		}, Pass, "correct-pattern (1 holders paused on purpose): hold p99 3.563s, not judged"},
+		{"short: only paused holders", qShort, leaderShape, []Row{
+			run("correct-pattern", func(r *Row) { r.Faults, r.ClientPauses, r.HoldP99 = 3, 1, 3563*time.Millisecond }),
+		}, NotTested, "left its holders running"},
+		{"short: long holds", qShort, leaderShape, []Row{run("correct-pattern", func(r *Row) { r.Faults, r.HoldP99 = 3, 1500*time.Millisecond })}, Fail, "hold p99 1.5s"},
+		// Watchdog renewal: a holder cut off from the service.
+		{"watchdog: nobody cut off", qWatchdog, leaderShape, []Row{run("late-writer-drill", nil)}, NotTested, "cut a holder off"},
+		{"watchdog: renewals failed while cut off", qWatchdog, leaderShape, []Row{run("late-writer-drill", func(r *Row) { r.Partitions, r.RenewFailures = 3, 2 })}, Pass, "2 renewals failed"},
+		{"watchdog: no renewal failed", qWatchdog, leaderShape, []Row{run("late-writer-drill", func(r *Row) { r.Partitions = 3 })}, Fail, "does not renew"},
+		// Consensus: members cut off or killed.
+		{"consensus: no member fault", qConsensus, leaderShape, []Row{run("correct-pattern", func(r *Row) { r.ClientPauses = 3 })}, NotTested, "partitioned or killed lock-service members"},
+		{"consensus: correct under partitions", qConsensus, leaderShape, []Row{run("correct-pattern", func(r *Row) { r.Partitions = 2 })}, Pass, "2 partitions"},
+		{"consensus: broken under partitions", qConsensus, leaderShape, []Row{run("correct-pattern", func(r *Row) {
+			r.Partitions, r.Mismatches = 2, []string{"verdict invalid, expected valid"}
+		})}, Fail, "verdict invalid"},
+		{"consensus: a single node, by declaration", qConsensus, singleShape, []Row{run("correct-pattern", func(r *Row) { r.Partitions = 2 })}, Fail, "not a consensus-backed service"},
+		// Busy vs unavailable: clients cut off while others contend.
+		{"busy: nobody cut off", qBusy, leaderShape, []Row{run("busy-vs-unavailable", func(r *Row) { r.Busy = 5 })}, NotTested, "cut clients off"},
+		{"busy: told apart", qBusy, leaderShape, []Row{run("busy-vs-unavailable", func(r *Row) { r.Partitions, r.Busy, r.Unavailable = 2, 5, 3 })}, Pass, "5 acquisitions failed because the lock was held, 3"},
+		{"busy: unavailable never said", qBusy, leaderShape, []Row{run("busy-vs-unavailable", func(r *Row) { r.Partitions, r.Busy = 2, 5 })}, Fail, "0 because the service"},
+		// Metrics: recorded under faults.
+		{"metrics: no run under faults", qMetrics, leaderShape, []Row{run("correct-pattern", nil)}, NotTested, "under faults"},
+		{"metrics: recorded", qMetrics, leaderShape, []Row{run("correct-pattern", func(r *Row) { r.Faults, r.Busy, r.Rejections = 3, 2, 4 })}, Pass, "4 fencing rejections"},
+		{"metrics: nothing recorded", qMetrics, leaderShape, []Row{run("correct-pattern", func(r *Row) { r.Faults, r.HoldP99 = 3, 0 })}, Fail, "nothing recorded"},
+		// The drill: a slow holder partitioned and healed.
+		{"drill: nobody cut off", qDrill, leaderShape, []Row{run("late-writer-drill", nil)}, NotTested, "the drill cut no holder off"},
+		{"drill: cut off, no late write", qDrill, leaderShape, []Row{run("late-writer-drill", func(r *Row) { r.Partitions = 2 })}, NotTested, "no late write happened"},
+		{"drill: late write refused", qDrill, leaderShape, []Row{run("late-writer-drill", func(r *Row) { r.Partitions, r.LateRejected = 2, 1 })}, Pass, "1 late writes refused"},
+		{"drill: late write accepted", qDrill, leaderShape, []Row{run("late-writer-drill", func(r *Row) {
+			r.Partitions, r.Verdict, r.Mismatches = 2, checkers.Invalid, []string{"verdict invalid, expected valid"}
+		})}, Fail, "verdict invalid"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var it *Item
+			items := Checklist(tt.b, &Matrix{Rows: tt.rows})
+			for i := range items {
+				if items[i].Question == tt.q {
+					it = &items[i]
+				}
+			}
+			if it == nil {
+				t.Fatalf("no item %q", tt.q)
+			}
+			if it.Answer != tt.want || !strings.Contains(it.Evidence, tt.says) {
+				t.Fatalf("%s: %s (%s), want %s saying %q", tt.q, it.Answer, it.Evidence, tt.want, tt.says)
+			}
+			if it.Property == "" || it.Fault == "" {
+				t.Errorf("the item names no property or fault: %+v", it)
+			}
+			if len(it.Runs) == 0 || it.Runs[0].Dir == "" {
+				t.Errorf("the answer links no run: %+v", it.Runs)
+			}
+			if ex := it.Exercised(); tt.want == Pass && ex == 0 {
+				t.Errorf("PASS with no run that put the fault on the system")
+			}
+		})
+	}
+}
+
+// TestChecklistNoRuns: with no run (or only runs that ended in a harness
+// error) every item answers NOT TESTED or FAIL, never PASS.
+func TestChecklistNoRuns(t *testing.T) {
+	broken := run("correct-pattern", func(r *Row) { r.Error, r.Faults, r.NodeKills, r.LeaderKills = "images: no such image", 3, 2, 2 })
+	for _, m := range []*Matrix{{}, {Rows: []Row{broken}}} {
+		for _, it := range Checklist(leaderShape, m) {
+			if it.Answer != NotTested {
+				t.Errorf("%s: %s (%s), want NOT TESTED", it.Question, it.Answer, it.Evidence)
+			}
+			if !strings.Contains(it.Evidence, "none of its runs ran") {
+				t.Errorf("%s: %q does not say why", it.Question, it.Evidence)
+			}
+		}
+	}
+}
+
+// TestWriteChecklist: the terminal checklist shows per item the answer,
+// the property, the fault and the runs (directories, exercised marked),
+// and the JUnit file has a case per item, NOT TESTED skipped, FAIL failed,
+// each listing its runs.
+func TestWriteChecklist(t *testing.T) {
+	rows := []Row{
+		run("correct-pattern", func(r *Row) { r.Faults, r.ClientPauses, r.Rejections = 3, 2, 4 }),
+		run("late-writer-drill", func(r *Row) { r.Faults, r.Partitions, r.HoldP99 = 2, 2, time.Second }),
+	}
+	items := Checklist(singleShape, &Matrix{Rows: rows})
+	var b bytes.Buffer
+	WriteChecklist(&b, "redis", items)
+	out := b.String()
+	for _, want := range []string{
+		"NOT TESTED  " + qToken, "judges: every grant's fencing token", "fault:  the lock service killed and restarted",
+		"  run:  correct-pattern /results/correct-pattern", "* run:  late-writer-drill (drill) /results/late-writer-drill",
+		"NOT TESTED  " + qShort, "FAIL        " + qWatchdog, "NOT TESTED  " + qExpiry, "not tested",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("checklist lacks %q:\n%s", want, out)
+		}
+	}
+	path := filepath.Join(t.TempDir(), "junit.xml")
+	if err := WriteChecklistJUnit(path, []Column{{Target: "redis", Items: items}}); err != nil {
+		t.Fatal(err)
+	}
+	x, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`<skipped message="NOT TESTED: no fenced run killed`, `<failure message="drill: 2 partitions, 0 renewals failed`, `tests="9"`, "results=/results/late-writer-drill"} {
+		if !strings.Contains(string(x), want) {
+			t.Errorf("junit lacks %q:\n%s", want, x)
+		}
+	}
+}
+
+// TestValidationSet: validate runs the fault the fencing item needs
+// (token-across-restarts, killing the leader where there is one), in the
+// configuration under test, never the one a scenario prefers; options the
+// target does not take are refused as bad input.
+func TestValidationSet(t *testing.T) {
+	s, err := ValidationSetWith("redis", "", nil, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Check(nil); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range s.Entries {
+		names = append(names, e.Scenario)
+		b, _ := targets.Lookup("redis")
+		sc, _ := Lookup(e.Scenario)
+		c, err := e.config(sc, b, "", harness.DefaultConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(c.RecipeOptions) != 0 || c.Scenario != e.Scenario {
+			t.Errorf("%s runs with %v (scenario %q), want the defaults under test", e.Scenario, c.RecipeOptions, c.Scenario)
+		}
+	}
+	if !strings.Contains(strings.Join(names, ","), "token-across-restarts") {
+		t.Errorf("redis's validation set %v lacks token-across-restarts", names)
+	}
+	s, err = ValidationSetWith("redis", "", map[string]string{"persistence": "aof-always"}, 10*time.Second)
+	if err != nil || s.Entries[0].RecipeOptions["persistence"] != "aof-always" {
+		t.Fatalf("%v %+v", err, s)
+	}
+	for _, opts := range []map[string]string{{"nosuch": "1"}, {"persistence": "never"}} {
+		_, err := ValidationSetWith("redis", "", opts, 10*time.Second)
+		var ie *harness.InputError
+		if !errors.As(err, &ie) || !strings.Contains(err.Error(), "persistence") {
+			t.Errorf("%v: %v, want bad input naming the known options", opts, err)
+		}
+	}
+	if _, err := ValidationSetWith("redis", "", nil, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	bad := ValidationSet("etcd", 0)
+	if err := bad.Check(nil); !harness.IsBadInput(err) || !strings.Contains(err.Error(), "--time-limit") {
+		t.Errorf("a zero time limit: %v", err)
+	}
+	etcd, _ := targets.Lookup("etcd")
+	sc, _ := Lookup("token-across-restarts")
+	c, err := sc.ConfigFor(etcd, harness.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.Faults.Get("kill"); !strings.Contains(jsonOf(t, got), `leader=1`) {
+		t.Errorf("etcd's token-across-restarts kills %s, want the leader", jsonOf(t, got))
+	}
+}
+
+func jsonOf(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestCountFaults: a run's faults are counted by what they hit, from the
+// windows results.json records.
+func TestCountFaults(t *testing.T) {
+	var r Row
+	r.countFaults([]checkers.Window{
+		{F: "kill", Targets: []string{"n2"}, Detail: nemesis.KillDetailLeader},
+		{F: "kill", Targets: []string{"n1"}, Detail: nemesis.KillDetailNode},
+		{F: "kill", Targets: []string{"c3"}, Detail: nemesis.KillDetailClient},
+		{F: "pause", Targets: []string{"c1"}, Detail: "SIGSTOP"},
+		{F: "pause", Targets: []string{"n3"}, Detail: "SIGSTOP"},
+		{F: "pause", Targets: []string{"store"}, Detail: "SIGSTOP"},
+		{F: "partition", Targets: []string{"c1", "n1"}, Detail: "clients-from-locks: n1 drops [c1]"},
+	})
+	want := Row{NodeKills: 2, LeaderKills: 1, ClientKills: 1, ClientPauses: 1, NodePauses: 1, Partitions: 1}
+	if r.NodeKills != want.NodeKills || r.LeaderKills != want.LeaderKills || r.ClientKills != want.ClientKills ||
+		r.ClientPauses != want.ClientPauses || r.NodePauses != want.NodePauses || r.Partitions != want.Partitions {
+		t.Fatalf("counted %+v", r)
+	}
+}
