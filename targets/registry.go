@@ -511,25 +511,33 @@ func (b Backend) CheckOptionsWith(r Recipe, opts map[string]string) error {
 }
 
 func (b Backend) checkOptions(all []Option, opts map[string]string) error {
+	return CheckOptionList(all, opts, "option", "target "+b.Name)
+}
+
+// CheckOptionList returns an error naming the first of opts (in name
+// order) that known does not accept — an unknown name, or a value not among
+// the option's Values — and what is accepted. flag is how the user gives
+// options ("option", "--store-opt"), owner what takes them ("target redis").
+func CheckOptionList(known []Option, opts map[string]string, flag, owner string) error {
 	names := make([]string, 0, len(opts))
 	for k := range opts {
 		names = append(names, k)
 	}
 	slices.Sort(names)
 	for _, k := range names {
-		i := slices.IndexFunc(all, func(o Option) bool { return o.Name == k })
+		i := slices.IndexFunc(known, func(o Option) bool { return o.Name == k })
 		if i < 0 {
-			known := make([]string, len(all))
-			for j, o := range all {
-				known[j] = o.Name
-			}
 			if len(known) == 0 {
-				return fmt.Errorf("option %s: target %s takes none", k, b.Name)
+				return fmt.Errorf("%s %s: %s takes none", flag, k, owner)
 			}
-			return fmt.Errorf("unknown option %s for target %s (known: %s)", k, b.Name, strings.Join(known, ", "))
+			accepted := make([]string, len(known))
+			for j, o := range known {
+				accepted[j] = o.Name
+			}
+			return fmt.Errorf("unknown %s %s for %s (known: %s)", flag, k, owner, strings.Join(accepted, ", "))
 		}
-		if o := all[i]; len(o.Values) > 0 && !slices.Contains(o.Values, opts[k]) {
-			return fmt.Errorf("option %s=%q for target %s: want one of %s", k, opts[k], b.Name, strings.Join(o.Values, ", "))
+		if o := known[i]; len(o.Values) > 0 && !slices.Contains(o.Values, opts[k]) {
+			return fmt.Errorf("%s %s=%q for %s: want one of %s", flag, k, opts[k], owner, strings.Join(o.Values, ", "))
 		}
 	}
 	return nil

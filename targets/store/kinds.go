@@ -118,28 +118,7 @@ func Kinds() []Kind {
 // CheckOptions returns an error naming the first of opts the kind does not
 // accept (an unknown name, or a value not among the option's Values).
 func (k Kind) CheckOptions(opts map[string]string) error {
-	names := make([]string, 0, len(opts))
-	for n := range opts {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	for _, n := range names {
-		i := slices.IndexFunc(k.Options, func(o targets.Option) bool { return o.Name == n })
-		if i < 0 {
-			known := make([]string, len(k.Options))
-			for j, o := range k.Options {
-				known[j] = o.Name
-			}
-			if len(known) == 0 {
-				return fmt.Errorf("--store-opt %s: store %s takes none", n, k.Name)
-			}
-			return fmt.Errorf("unknown --store-opt %s for store %s (known: %s)", n, k.Name, strings.Join(known, ", "))
-		}
-		if o := k.Options[i]; len(o.Values) > 0 && !slices.Contains(o.Values, opts[n]) {
-			return fmt.Errorf("--store-opt %s=%q for store %s: want one of %s", n, opts[n], k.Name, strings.Join(o.Values, ", "))
-		}
-	}
-	return nil
+	return targets.CheckOptionList(k.Options, opts, "--store-opt", "store "+k.Name)
 }
 
 // Dial returns a client of the store of kind name at addr.
