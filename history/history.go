@@ -124,7 +124,9 @@ type Event struct {
 	ReleaseError string `json:"release_error,omitempty"`
 
 	// Acquired and Released bound the client's hold, converted from the
-	// client's monotonic clock to the run's time base (0 when unknown).
+	// client's monotonic clock to the run's time base (0 when unknown);
+	// splitbrain shrinks the hold by the conversion's uncertainty, so
+	// holds overlap here only if they certainly overlapped.
 	Acquired int64 `json:"acquired,omitempty"`
 	Released int64 `json:"released,omitempty"`
 	// WriteAt is when the client sent its write (run time base, 0 if none).

@@ -225,13 +225,32 @@ func (w *Counter) op(ctx context.Context, c *Client, n int, f, key string, fence
 	done.Type, done.Error, done.Message = res.Type, res.Error, res.Message
 	done.Token, done.Read, done.Write = res.Token, res.Read, res.Write
 	done.ReleaseError = res.ReleaseError
-	done.Acquired, done.WriteAt, done.Released = c.RunTime(res.AcquiredMono), c.RunTime(res.WriteMono), c.RunTime(res.ReleasedMono)
+	done.Acquired, done.Released = certainHold(c.RunTime(res.AcquiredMono), c.RunTime(res.ReleasedMono), c.Skew())
+	done.WriteAt = c.RunTime(res.WriteMono)
 	done.Wait, done.Hold, done.RenewFailures = res.Wait, res.Hold, res.RenewFailures
 	done = rec.Record(done)
 	if res.Type == history.Info {
 		c.Process += n
 	}
 	return done, nil
+}
+
+// certainHold returns the part of a hold [acquired, released] (run times
+// mapped from the client's clock) that certainly lies within it when each
+// mapped time may be off by up to skew: the hold shrunk by skew at both
+// ends (to an instant when it is shorter than 2*skew). Two clients' holds
+// then overlap in the record only if they certainly overlapped, so an
+// overlap is never an artefact of mapping clocks on a loaded machine.
+// Zero (unknown) stays zero.
+func certainHold(acquired, released int64, skew time.Duration) (int64, int64) {
+	if acquired == 0 {
+		return 0, released
+	}
+	acquired += int64(skew)
+	if released != 0 {
+		released = max(released-int64(skew), acquired)
+	}
+	return acquired, released
 }
 
 // finalReadTimeout bounds one final read: the store answers at once once
