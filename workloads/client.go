@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/splitbrain/splitbrain/history"
@@ -65,17 +64,6 @@ type conn struct {
 	stdin  io.WriteCloser
 	resps  chan agent.Response
 	encErr error
-	// hook takes the progress events of the operation under way, in the
-	// reader goroutine: an event does not wake the goroutine waiting for
-	// the operation's end (at short critical sections that wake-up is a
-	// good part of the channel's cost).
-	hook atomic.Pointer[eventHook]
-}
-
-// eventHook is the operation whose events a conn hands on.
-type eventHook struct {
-	id int64
-	fn func(agent.Response)
 }
 
 func newConn(stdin io.WriteCloser, stdout io.Reader) *conn {
@@ -88,14 +76,6 @@ func newConn(stdin io.WriteCloser, stdout io.Reader) *conn {
 			var r agent.Response
 			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 				continue // not protocol output
-			}
-			if r.Type == agent.RespEvent {
-				// An event of no operation under way (one abandoned by a
-				// timeout) is dropped, as Do and drain would.
-				if h := cn.hook.Load(); h != nil && h.id == r.ID {
-					h.fn(r)
-				}
-				continue
 			}
 			cn.resps <- r
 		}
@@ -236,8 +216,7 @@ func (c *Client) RunTime(mono int64) int64 {
 // Skew is the uncertainty of RunTime.
 func (c *Client) Skew() time.Duration { return c.skew }
 
-// Do runs one operation, calling onEvent for each progress event (from the
-// goroutine that reads the agent's output, before Do returns), and
+// Do runs one operation, calling onEvent for each progress event, and
 // returns its result. When timeout passes first it returns ErrTimeout; the
 // operation may still be running, and the next Do first waits for it.
 func (c *Client) Do(ctx context.Context, op agent.OpRequest, timeout time.Duration, onEvent func(agent.Response)) (agent.Result, error) {
@@ -245,11 +224,6 @@ func (c *Client) Do(ctx context.Context, op agent.OpRequest, timeout time.Durati
 	defer cancel()
 	if err := c.drain(ctx); err != nil {
 		return agent.Result{}, err
-	}
-	if onEvent != nil {
-		cn := c.current()
-		cn.hook.Store(&eventHook{id: op.ID, fn: onEvent})
-		defer cn.hook.Store(nil)
 	}
 	if err := c.send(agent.Request{Type: agent.ReqOp, Op: &op}); err != nil {
 		return agent.Result{}, err
@@ -268,6 +242,10 @@ func (c *Client) Do(ctx context.Context, op agent.OpRequest, timeout time.Durati
 			continue
 		}
 		switch r.Type {
+		case agent.RespEvent:
+			if onEvent != nil {
+				onEvent(r)
+			}
 		case agent.RespDone:
 			if r.Result == nil {
 				return agent.Result{}, fmt.Errorf("%s: done without result", c.Name)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -64,7 +63,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, deps Deps) error {
 	if deps.DialStore == nil {
 		deps.DialStore = func(addr string, timeout time.Duration) Store { return store.NewClient(addr, timeout) }
 	}
-	a := &agent{deps: deps, enc: json.NewEncoder(out), out: out}
+	a := &agent{deps: deps, enc: json.NewEncoder(out)}
 	defer a.close()
 
 	lines := make(chan []byte)
@@ -130,11 +129,8 @@ func opID(op *OpRequest) int64 {
 }
 
 type agent struct {
-	deps Deps
-	enc  *json.Encoder
-	out  io.Writer
-	// evBuf is reused by sendEvent.
-	evBuf  []byte
+	deps   Deps
+	enc    *json.Encoder
 	cfg    Config
 	locker targets.Locker
 	store  Store
@@ -142,29 +138,6 @@ type agent struct {
 
 func (a *agent) send(r Response) {
 	if err := a.enc.Encode(r); err != nil {
-		a.deps.Log.Error("agent write", "err", err)
-	}
-}
-
-// sendEvent sends a progress event, the line that
-// send(Response{Type: RespEvent, ...}) would, without reflection: it is
-// sent while the lock is held, twice per critical section.
-func (a *agent) sendEvent(id int64, ev string, mono int64, token uint64) {
-	b := append(a.evBuf[:0], `{"type":"`+RespEvent+`","id":`...)
-	b = strconv.AppendInt(b, id, 10)
-	b = append(b, `,"ev":`...)
-	b = strconv.AppendQuote(b, ev)
-	if mono != 0 {
-		b = append(b, `,"mono":`...)
-		b = strconv.AppendInt(b, mono, 10)
-	}
-	if token != 0 {
-		b = append(b, `,"token":`...)
-		b = strconv.AppendUint(b, token, 10)
-	}
-	b = append(b, "}\n"...)
-	a.evBuf = b
-	if _, err := a.out.Write(b); err != nil {
 		a.deps.Log.Error("agent write", "err", err)
 	}
 }
@@ -258,7 +231,7 @@ func (a *agent) criticalSection(ctx context.Context, op OpRequest) (res Result) 
 	res.AcquiredMono = a.deps.Mono()
 	res.Wait = res.AcquiredMono - start
 	res.Token = lease.Token()
-	a.sendEvent(op.ID, EvAcquired, res.AcquiredMono, res.Token)
+	a.send(Response{Type: RespEvent, ID: op.ID, Ev: EvAcquired, Mono: res.AcquiredMono, Token: res.Token})
 	defer func() {
 		a.deps.Step()
 		res.ReleasedMono = a.deps.Mono()
@@ -314,7 +287,7 @@ func (a *agent) readModifyWrite(ctx context.Context, op OpRequest, token uint64)
 
 	res.Write = &history.Value{Value: e.Value + 1, Tag: op.ID}
 	res.WriteMono = a.deps.Mono()
-	a.sendEvent(op.ID, EvWrite, res.WriteMono, 0)
+	a.send(Response{Type: RespEvent, ID: op.ID, Ev: EvWrite, Mono: res.WriteMono})
 	if _, err := a.store.Write(ctx, op.Key, res.Write.Value, res.Write.Tag, fenced, token); err != nil {
 		res.Type, res.Error = storeKind(err)
 		res.Message = err.Error()
