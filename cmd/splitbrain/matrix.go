@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -137,6 +140,7 @@ func runMatrix(cmd *cobra.Command, g *globalFlags, set *scenario.Set, mf *matrix
 	defer closeDeps()
 	deps.Hard = hard
 	deps.Report = report.Write
+	deps.Images = onceImages(deps.Images)
 	rn := &scenario.Runner{Deps: deps, ResultsDir: mf.results, Progress: cmd.ErrOrStderr(), Repeat: mf.repeat, Parallel: mf.parallel}
 	m := rn.Run(soft, set)
 	if err := m.WriteTable(cmd.OutOrStdout()); err != nil {
@@ -163,6 +167,39 @@ func runMatrix(cmd *cobra.Command, g *globalFlags, set *scenario.Set, mf *matrix
 		fmt.Fprintf(cmd.OutOrStdout(), "rates: %s\n", mf.rates)
 	}
 	return m, nil
+}
+
+// onceImages makes the images of a matrix once: each role's image is
+// ensured by the first run that needs it, and later runs (side by side or
+// not) take its tag without the builder's machine-wide lock, which another
+// process's build may hold for minutes. The matrix runs the images of the
+// tree as it was when each role was first needed.
+func onceImages(ensure func(context.Context, []string) (map[string]string, error)) func(context.Context, []string) (map[string]string, error) {
+	if ensure == nil {
+		return nil
+	}
+	var (
+		mu   sync.Mutex
+		tags = map[string]string{}
+	)
+	return func(ctx context.Context, roles []string) (map[string]string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		out := map[string]string{}
+		for _, r := range roles {
+			t, ok := tags[r]
+			if !ok {
+				made, err := ensure(ctx, roles)
+				if err != nil {
+					return nil, err
+				}
+				maps.Copy(tags, made)
+				return made, nil
+			}
+			out[r] = t
+		}
+		return out, nil
+	}
 }
 
 // mismatchError is the one line a failing matrix ends with.
