@@ -3,6 +3,7 @@ package harness
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -82,10 +83,13 @@ func updateLatest(resultsDir, dir string) {
 		return
 	}
 	link := filepath.Join(resultsDir, "latest")
-	tmp := link + ".tmp"
-	os.Remove(tmp)
+	// A temporary name of this call's own: runs side by side update the
+	// link at once, and the last rename wins.
+	tmp := fmt.Sprintf("%s.tmp%d-%x", link, os.Getpid(), rand.Uint64())
 	if err := os.Symlink(rel, tmp); err == nil {
-		_ = os.Rename(tmp, link)
+		if os.Rename(tmp, link) != nil {
+			os.Remove(tmp)
+		}
 	}
 }
 

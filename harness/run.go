@@ -26,6 +26,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -110,6 +111,7 @@ func (p *Plan) Run(ctx context.Context, deps Deps) (out *Outcome, err error) {
 	if err := r.prepareDir(); err != nil {
 		return nil, err
 	}
+	defer releaseRunID(r.runID)
 	defer func() {
 		if p := recover(); p != nil {
 			err = r.panicked(&PanicError{Value: p, Stack: debug.Stack()})
@@ -187,11 +189,28 @@ type run struct {
 func (r *run) prepareDir() error {
 	stamp := r.started.Format("20060102T150405.000Z")
 	stamp = strings.Replace(stamp, ".", "", 1)
-	r.dir = filepath.Join(r.cfg.runDirName(), stamp)
-	if err := os.MkdirAll(filepath.Join(r.dir, "logs"), 0o755); err != nil {
+	parent := r.cfg.runDirName()
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return BadInput("create results directory %s (check --results): %v", parent, err)
+	}
+	// Runs side by side (matrix --parallel) may start in the same
+	// millisecond with the same configuration: each takes a directory of
+	// its own.
+	r.dir = filepath.Join(parent, stamp)
+	for i := 2; ; i++ {
+		err := os.Mkdir(r.dir, 0o755)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, os.ErrExist) || i > 100 {
+			return BadInput("create results directory %s (check --results): %v", r.dir, err)
+		}
+		r.dir = filepath.Join(parent, fmt.Sprintf("%s-%d", stamp, i))
+	}
+	if err := os.Mkdir(filepath.Join(r.dir, "logs"), 0o755); err != nil {
 		return BadInput("create results directory %s (check --results): %v", r.dir, err)
 	}
-	r.runID = fmt.Sprintf("%s-%04x", r.started.Format("150405"), rand.Uint32()&0xffff)
+	r.runID = newRunID(r.started)
 	f, err := os.Create(filepath.Join(r.dir, "harness.log"))
 	if err != nil {
 		return BadInput("create harness log in %s: %v", r.dir, err)
@@ -207,6 +226,25 @@ func (r *run) prepareDir() error {
 	updateLatest(r.cfg.ResultsDir, r.dir)
 	return nil
 }
+
+// liveRunIDs are the run IDs of this process's runs that have not ended:
+// runs side by side never share one (it names their containers and
+// network).
+var liveRunIDs sync.Map
+
+// newRunID names a run: the time of day and 24 random bits, unique among
+// this process's live runs (and, with 16M draws a second, across
+// processes in practice). releaseRunID frees it when the run ends.
+func newRunID(t time.Time) string {
+	for {
+		id := fmt.Sprintf("%s-%06x", t.Format("150405"), rand.Uint32()&0xffffff)
+		if _, taken := liveRunIDs.LoadOrStore(id, true); !taken {
+			return id
+		}
+	}
+}
+
+func releaseRunID(id string) { liveRunIDs.Delete(id) }
 
 func (r *run) phase(name string, f func() error) error {
 	start := time.Now()

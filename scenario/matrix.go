@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -419,6 +420,8 @@ type Matrix struct {
 	Cells []Cell `json:"cells"`
 	// Repeat is matrix --repeat (zero: each entry's own).
 	Repeat int `json:"repeat,omitempty"`
+	// Parallel is how many runs went side by side (matrix --parallel).
+	Parallel int `json:"parallel,omitempty"`
 }
 
 // Cell is one scenario on one target with one seed, over its repetitions.
@@ -515,12 +518,27 @@ type Runner struct {
 	// Repeat, when positive, runs every cell this many times (matrix
 	// --repeat), each entry's rate applied to it.
 	Repeat int
+	// Parallel is how many runs go side by side (matrix --parallel); each
+	// has its own nodes, network and address range, and one run's failure
+	// does not stop the others. Zero or one: one run at a time.
+	Parallel int
 }
 
-// Run runs every entry of set on each of its targets, seeds and
-// repetitions, in order. It stops early only when ctx is done.
-func (rn *Runner) Run(ctx context.Context, set *Set) *Matrix {
-	m := &Matrix{Set: set, Started: time.Now().UTC(), Repeat: rn.Repeat}
+// job is one run of a matrix, in the set's order.
+type job struct {
+	sc     Scenario
+	e      Entry
+	expect Expect
+	target string
+	client string
+	seed   uint64
+	rep, n int
+}
+
+// jobs lists the runs of set in order: entries, targets, clients, seeds,
+// repetitions, repeats.
+func (rn *Runner) jobs(set *Set) []job {
+	var out []job
 	for _, e := range set.Entries {
 		sc, _ := Lookup(e.Scenario)
 		expect := sc.Expect
@@ -537,24 +555,64 @@ func (rn *Runner) Run(ctx context.Context, set *Set) *Matrix {
 				for _, seed := range set.Seeds {
 					for rep := range set.Repetitions {
 						for i := range n {
-							if ctx.Err() != nil {
-								m.Duration = time.Since(m.Started)
-								return m
-							}
-							row := rn.one(ctx, set, sc, e, target, client, seed+uint64(rep), expect)
-							row.Rep = i + 1
-							m.add(row, e.need(n))
-							if rn.Progress != nil {
-								status := "ok"
-								if !row.Pass() {
-									status = "MISMATCH: " + strings.Join(append(row.Mismatches, row.Error), "; ")
-								}
-								fmt.Fprintf(rn.Progress, "matrix: %-22s %-6s seed %-4d run %d/%d valid=%-8s %s\n", sc.Name, row.Where(), row.Seed, i+1, n, row.Verdict, strings.TrimSuffix(status, "; "))
-							}
+							out = append(out, job{sc: sc, e: e, expect: expect, target: target, client: client, seed: seed + uint64(rep), rep: i + 1, n: n})
 						}
 					}
 				}
 			}
+		}
+	}
+	return out
+}
+
+// Run runs every entry of set on each of its targets, seeds and
+// repetitions, Parallel of them at a time. The rows are in the set's
+// order whatever order the runs finish in, so a parallel matrix reads as a
+// serial one. It starts no new run once ctx is done; the runs under way
+// then end as an interrupted run does (heal, check, clean).
+func (rn *Runner) Run(ctx context.Context, set *Set) *Matrix {
+	m := &Matrix{Set: set, Started: time.Now().UTC(), Repeat: rn.Repeat}
+	jobs := rn.jobs(set)
+	rows := make([]*Row, len(jobs))
+	workers := max(1, min(rn.Parallel, len(jobs)))
+	m.Parallel = max(1, rn.Parallel)
+	var (
+		mu   sync.Mutex // guards next and the progress writer
+		next int
+		wg   sync.WaitGroup
+	)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				i := next
+				next++
+				mu.Unlock()
+				if i >= len(jobs) || ctx.Err() != nil {
+					return
+				}
+				j := jobs[i]
+				row := rn.one(ctx, set, j.sc, j.e, j.target, j.client, j.seed, j.expect)
+				row.Rep = j.rep
+				rows[i] = &row
+				if rn.Progress != nil {
+					status := "ok"
+					if !row.Pass() {
+						status = "MISMATCH: " + strings.Join(append(row.Mismatches, row.Error), "; ")
+					}
+					mu.Lock()
+					fmt.Fprintf(rn.Progress, "matrix: %-22s %-6s seed %-4d run %d/%d valid=%-8s %s\n", j.sc.Name, row.Where(), row.Seed, j.rep, j.n, row.Verdict, strings.TrimSuffix(status, "; "))
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, r := range rows {
+		if r != nil {
+			m.add(*r, jobs[i].e.need(jobs[i].n))
 		}
 	}
 	m.Duration = time.Since(m.Started)
@@ -678,7 +736,7 @@ func (m *Matrix) WriteTable(w io.Writer) error {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%d/%d\t%d\t%s\n", c.Scenario, c.Where(), c.Seed, c.Passed, c.Runs, c.Need, result)
 		}
 	}
-	fmt.Fprintf(tw, "\n%d runs in %d cells, %d cells failed, %v\n", len(m.Rows), len(m.Cells), m.Failed(), m.Duration.Round(time.Second))
+	fmt.Fprintf(tw, "\n%d runs in %d cells, %d cells failed, %v wall time, %d at a time\n", len(m.Rows), len(m.Cells), m.Failed(), m.Duration.Round(time.Second), max(1, m.Parallel))
 	return tw.Flush()
 }
 

@@ -2,12 +2,18 @@ package scenario
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/harness/harnesstest"
+	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/memrt"
 	"github.com/splitbrain/splitbrain/targets/inmem"
 )
 
@@ -51,4 +57,155 @@ scenarios:
 	if m.Failed() != 1 {
 		t.Errorf("%d rows failed, want 1", m.Failed())
 	}
+}
+
+// TestRunnerParallel runs a set three runs at a time in memory: the runs
+// overlap, the rows come back in the set's order with the verdicts a serial
+// run gives (TestRunnerInMemory), a run that fails (a mismatch, a target
+// the harness cannot start) stops none of the others, and cancelling the
+// matrix ends the runs under way, each closing its runtime.
+func TestRunnerParallel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the harness for about 20s")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "par.yaml")
+	set := `name: par
+time_limit: 6s
+seeds: [1]
+scenarios:
+  - {name: unchecked-release, targets: [redis], repeat: 2}
+  - {name: correct-pattern, targets: [etcd]}
+  - {name: bypass-writer, targets: [redis], valid: "true"}
+  - {name: correct-pattern, targets: [redis]}
+`
+	if err := os.WriteFile(path, []byte(set), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := LoadSet(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := harnesstest.World{Target: inmem.Target{Alias: "redis"}}
+	deps, runs := countRuns(w.Deps(t))
+	rn := &Runner{Deps: deps, ResultsDir: filepath.Join(dir, "results"), Parallel: 3}
+	m := rn.Run(context.Background(), s)
+
+	type want struct {
+		scenario, target string
+		rep              int
+		pass             bool
+		verdict          checkers.Verdict
+	}
+	wants := []want{
+		{"unchecked-release", "redis", 1, true, checkers.Invalid},
+		{"unchecked-release", "redis", 2, true, checkers.Invalid},
+		{"correct-pattern", "etcd", 1, false, checkers.Unknown},
+		{"bypass-writer", "redis", 1, false, checkers.Invalid},
+		{"correct-pattern", "redis", 1, true, checkers.Valid},
+	}
+	if len(m.Rows) != len(wants) {
+		t.Fatalf("%d rows, want %d", len(m.Rows), len(wants))
+	}
+	dirs := map[string]bool{}
+	for i, w := range wants {
+		r := m.Rows[i]
+		if r.Scenario != w.scenario || r.Target != w.target || r.Rep != w.rep || r.Pass() != w.pass || r.Verdict != w.verdict {
+			t.Errorf("row %d: %s on %s run %d pass=%v valid=%s (mismatches %q, error %q), want %+v", i, r.Scenario, r.Target, r.Rep, r.Pass(), r.Verdict, r.Mismatches, r.Error, w)
+		}
+		if r.Dir != "" && dirs[r.Dir] {
+			t.Errorf("row %d shares results directory %s", i, r.Dir)
+		}
+		dirs[r.Dir] = true
+	}
+	if m.Rows[2].Error == "" {
+		t.Errorf("a target the harness does not know gave no error: %+v", m.Rows[2])
+	}
+	if got := runs.most(); got < 2 {
+		t.Errorf("at most %d runs at once, want them side by side", got)
+	}
+	if m.Parallel != 3 || m.Failed() != 2 {
+		t.Errorf("parallel %d, %d cells failed; want 3 and 2", m.Parallel, m.Failed())
+	}
+
+	t.Run("cancel", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		deps, runs := countRuns(w.Deps(t))
+		rn := &Runner{Deps: deps, ResultsDir: filepath.Join(dir, "cancelled"), Parallel: 2}
+		go func() {
+			runs.waitStarted(2)
+			cancel()
+		}()
+		start := time.Now()
+		m := rn.Run(ctx, s)
+		if took := time.Since(start); took > 5*time.Second {
+			t.Errorf("the cancelled matrix took %v", took)
+		}
+		if len(m.Rows) != 2 {
+			t.Errorf("%d rows after cancelling with 2 under way, want 2", len(m.Rows))
+		}
+		for i, rt := range runs.runtimes() {
+			if !rt.Closed() {
+				t.Errorf("runtime %d was not closed", i)
+			}
+		}
+	})
+}
+
+// runCounter counts a matrix's runs: those under way (runtime created,
+// report not yet written) and the most at once.
+type runCounter struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	now     int
+	max     int
+	started int
+	rts     []*memrt.Runtime
+}
+
+// countRuns wraps deps to count its runs.
+func countRuns(deps harness.Deps) (harness.Deps, *runCounter) {
+	c := &runCounter{}
+	c.cond = sync.NewCond(&c.mu)
+	newRT := deps.NewRuntime
+	deps.NewRuntime = func(ctx context.Context, id string, keep bool, log *slog.Logger) (runtime.Runtime, error) {
+		rt, err := newRT(ctx, id, keep, log)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if m, ok := rt.(*memrt.Runtime); ok {
+			c.rts = append(c.rts, m)
+		}
+		c.now++
+		c.started++
+		c.max = max(c.max, c.now)
+		c.cond.Broadcast()
+		return rt, err
+	}
+	deps.Report = func(string) error {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		c.now--
+		return nil
+	}
+	return deps, c
+}
+
+func (c *runCounter) most() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.max
+}
+
+func (c *runCounter) waitStarted(n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.started < n {
+		c.cond.Wait()
+	}
+}
+
+func (c *runCounter) runtimes() []*memrt.Runtime {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]*memrt.Runtime(nil), c.rts...)
 }

@@ -17,7 +17,7 @@ import (
 
 // pair runs an agent on locks and st, driven by a Client over pipes; the
 // recipe's options go to the in-memory locker (inmem.ParseOptions).
-func pair(t *testing.T, locks *inmem.Service, opts map[string]string, st *store.Mem) *Client {
+func pair(t testing.TB, locks *inmem.Service, opts map[string]string, st *store.Mem) *Client {
 	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -279,5 +280,38 @@ func TestValidateRefusesBeforeImages(t *testing.T) {
 	}
 	if _, err := os.Stat(res); err == nil {
 		t.Errorf("bad input left a results directory")
+	}
+}
+
+// TestOnceImages: a matrix ensures each role's image once; runs that need
+// only roles already made do not call the builder again.
+func TestOnceImages(t *testing.T) {
+	var calls [][]string
+	ensure := onceImages(func(_ context.Context, roles []string) (map[string]string, error) {
+		calls = append(calls, roles)
+		out := map[string]string{}
+		for _, r := range roles {
+			out[r] = "img-" + r
+		}
+		return out, nil
+	})
+	for _, tc := range []struct {
+		roles []string
+		calls int
+	}{
+		{[]string{"store", "client", "redis"}, 1},
+		{[]string{"store", "client", "redis"}, 1},
+		{[]string{"store", "client", "etcd"}, 2},
+		{[]string{"client", "etcd"}, 2},
+	} {
+		got, err := ensure(context.Background(), tc.roles)
+		if err != nil || len(got) != len(tc.roles) || len(calls) != tc.calls {
+			t.Fatalf("%v: %v %v after %d calls, want %d", tc.roles, got, err, len(calls), tc.calls)
+		}
+		for _, r := range tc.roles {
+			if got[r] != "img-"+r {
+				t.Errorf("%s: %q", r, got[r])
+			}
+		}
 	}
 }

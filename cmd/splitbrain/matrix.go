@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -96,16 +98,26 @@ func verdictOf(v *checkers.Verdict) string {
 }
 
 type matrixFlags struct {
-	results string
-	junit   string
-	timeout time.Duration
-	repeat  int
-	rates   string
+	results  string
+	junit    string
+	timeout  time.Duration
+	repeat   int
+	rates    string
+	parallel int
 }
 
 func (m *matrixFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&m.results, "results", "results", "directory for the runs and matrix.json")
 	cmd.Flags().StringVar(&m.junit, "junit", "", "also write the outcomes as JUnit XML to this file")
+	cmd.Flags().IntVar(&m.parallel, "parallel", 1, "runs side by side on the engine, each on its own network and address range (the verdicts are those of one at a time; on 2 cores, 2 halves the wall time)")
+}
+
+// check refuses flag values that make no sense.
+func (m *matrixFlags) check() error {
+	if m.parallel < 1 {
+		return &usageError{fmt.Errorf("--parallel %d: want 1 or more", m.parallel)}
+	}
+	return nil
 }
 
 func (m *matrixFlags) bindRepeat(cmd *cobra.Command) {
@@ -128,7 +140,8 @@ func runMatrix(cmd *cobra.Command, g *globalFlags, set *scenario.Set, mf *matrix
 	defer closeDeps()
 	deps.Hard = hard
 	deps.Report = report.Write
-	rn := &scenario.Runner{Deps: deps, ResultsDir: mf.results, Progress: cmd.ErrOrStderr(), Repeat: mf.repeat}
+	deps.Images = onceImages(deps.Images)
+	rn := &scenario.Runner{Deps: deps, ResultsDir: mf.results, Progress: cmd.ErrOrStderr(), Repeat: mf.repeat, Parallel: mf.parallel}
 	m := rn.Run(soft, set)
 	if err := m.WriteTable(cmd.OutOrStdout()); err != nil {
 		return m, err
@@ -154,6 +167,39 @@ func runMatrix(cmd *cobra.Command, g *globalFlags, set *scenario.Set, mf *matrix
 		fmt.Fprintf(cmd.OutOrStdout(), "rates: %s\n", mf.rates)
 	}
 	return m, nil
+}
+
+// onceImages makes the images of a matrix once: each role's image is
+// ensured by the first run that needs it, and later runs (side by side or
+// not) take its tag without the builder's machine-wide lock, which another
+// process's build may hold for minutes. The matrix runs the images of the
+// tree as it was when each role was first needed.
+func onceImages(ensure func(context.Context, []string) (map[string]string, error)) func(context.Context, []string) (map[string]string, error) {
+	if ensure == nil {
+		return nil
+	}
+	var (
+		mu   sync.Mutex
+		tags = map[string]string{}
+	)
+	return func(ctx context.Context, roles []string) (map[string]string, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		out := map[string]string{}
+		for _, r := range roles {
+			t, ok := tags[r]
+			if !ok {
+				made, err := ensure(ctx, roles)
+				if err != nil {
+					return nil, err
+				}
+				maps.Copy(tags, made)
+				return made, nil
+			}
+			out[r] = t
+		}
+		return out, nil
+	}
 }
 
 // mismatchError is the one line a failing matrix ends with.
@@ -188,6 +234,7 @@ func newMatrixCmd(g *globalFlags) *cobra.Command {
 		Short: "Run a set of scenarios with fixed seeds; fail when any outcome differs from its expectation",
 		Example: "  splitbrain matrix --set nightly --junit results/junit.xml\n" +
 			"  splitbrain matrix --set ./my-set.yaml\n" +
+			"  splitbrain matrix --set nightly --parallel 2\n" +
 			"  splitbrain matrix --set nightly --repeat 20 --rates docs/nightly-rates.md",
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -197,6 +244,9 @@ func newMatrixCmd(g *globalFlags) *cobra.Command {
 			}
 			if mf.repeat < 0 {
 				return &usageError{fmt.Errorf("--repeat %d: want 1 or more", mf.repeat)}
+			}
+			if err := mf.check(); err != nil {
+				return err
 			}
 			// Every run's options, checked before any image work.
 			if err := set.Check(nil); err != nil {
@@ -238,6 +288,10 @@ func newValidateCmd(g *globalFlags) *cobra.Command {
 			"  splitbrain validate --target redis --recipe-opt persistence=aof-always",
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := mf.check(); err != nil {
+				return err
+			}
+			started := time.Now()
 			type job struct {
 				b      targets.Backend
 				client string
@@ -283,7 +337,7 @@ func newValidateCmd(g *globalFlags) *cobra.Command {
 				return &harness.InputError{Err: fmt.Errorf("no --client serves --target %s", strings.Join(tgts, ","))}
 			}
 			var cols []scenario.Column
-			failed := false
+			failed, runs := false, 0
 			var mismatch error
 			junit := mf.junit
 			mf.junit = "" // the checklist's, not each matrix's
@@ -292,6 +346,7 @@ func newValidateCmd(g *globalFlags) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				runs += len(m.Rows)
 				items := scenario.Checklist(j.b, m)
 				col := scenario.Column{Target: j.b.Name, Client: j.client, Items: items, Rows: m.Rows}
 				name := j.b.Name
@@ -333,6 +388,7 @@ func newValidateCmd(g *globalFlags) *cobra.Command {
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "junit: %s\n", junit)
 			}
+			fmt.Fprintf(cmd.OutOrStdout(), "\nvalidate: %d runs in %v wall time, %d at a time\n", runs, time.Since(started).Round(time.Second), mf.parallel)
 			if failed {
 				return &exitError{code: exitInvalid, err: errors.New("validate: part of the checklist fails (see above)")}
 			}

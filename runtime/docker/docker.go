@@ -175,6 +175,34 @@ func (r *Runtime) removeConsoles() {
 	}
 }
 
+// claimed are the subnets this process's runtimes hold or are creating:
+// runs side by side in one process (matrix --parallel) never try the same
+// one; runs in other processes are kept apart by the engine, which refuses
+// a subnet that overlaps another network's (the create then tries the
+// next free one).
+var claimed = struct {
+	sync.Mutex
+	set map[netip.Prefix]bool
+}{set: map[netip.Prefix]bool{}}
+
+// claim reserves p in this process; false when it is already held.
+func claim(p netip.Prefix) bool {
+	claimed.Lock()
+	defer claimed.Unlock()
+	if claimed.set[p] {
+		return false
+	}
+	claimed.set[p] = true
+	return true
+}
+
+// unclaim releases p (its network was removed, or never created).
+func unclaim(p netip.Prefix) {
+	claimed.Lock()
+	defer claimed.Unlock()
+	delete(claimed.set, p)
+}
+
 func (r *Runtime) createNetwork(ctx context.Context) error {
 	used, err := r.usedSubnets(ctx)
 	if err != nil {
@@ -187,7 +215,7 @@ func (r *Runtime) createNetwork(ctx context.Context) error {
 	for i := range 256 {
 		third := (start + i) % 256
 		prefix := netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 231, byte(third), 0}), 24)
-		if overlaps(prefix, used) {
+		if overlaps(prefix, used) || !claim(prefix) {
 			continue
 		}
 		gw := prefix.Addr().Next()
@@ -199,9 +227,10 @@ func (r *Runtime) createNetwork(ctx context.Context) error {
 			}}},
 		})
 		if err != nil {
+			unclaim(prefix)
 			lastErr = err
 			if strings.Contains(err.Error(), "overlap") {
-				continue // another run took it meanwhile
+				continue // another process's run took it meanwhile
 			}
 			return fmt.Errorf("create network %s: %w", r.netName, err)
 		}
@@ -365,6 +394,8 @@ func (r *Runtime) Close(ctx context.Context) error {
 	// ours, but it carries the run's label. The network goes with it.
 	if _, _, err := Clean(ctx, r.cli, r.opts.RunID); err != nil {
 		errs = append(errs, err)
+	} else if r.prefix.IsValid() {
+		unclaim(r.prefix)
 	}
 	r.removeConsoles()
 	return errors.Join(errs...)

@@ -5,10 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -385,5 +388,57 @@ func TestGroupFreeze(t *testing.T) {
 	// harmless.
 	if err := n.Signal(ctx, syscall.SIGCONT); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestNetworksSideBySide creates the networks of several runs at once in
+// one process, with run IDs chosen so that each would try the same /24
+// first: every run gets its own range, and Close removes them all.
+func TestNetworksSideBySide(t *testing.T) {
+	cli := testenv.Docker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const runs = 4
+	base := fmt.Sprintf("t%d", time.Now().UnixNano()%1e9)
+	firstTry := func(id string) uint32 { h := fnv.New32a(); h.Write([]byte(id)); return h.Sum32() % 256 }
+	var ids []string
+	for i := 0; len(ids) < runs; i++ {
+		id := fmt.Sprintf("%s-%d", base, i)
+		if len(ids) == 0 || firstTry(id) == firstTry(ids[0]) {
+			ids = append(ids, id)
+		}
+	}
+	rts := make([]*docker.Runtime, runs)
+	errs := make([]error, runs)
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rts[i], errs[i] = docker.New(ctx, cli, docker.Options{RunID: id, Control: docker.ControlAttach})
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for i, rt := range rts {
+			if rt != nil {
+				if err := rt.Close(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}
+			if c, n := leftovers(t, cli, ids[i]); c+n != 0 {
+				t.Errorf("run %s left %d containers and %d networks", ids[i], c, n)
+			}
+		}
+	})
+	seen := map[netip.Prefix]string{}
+	for i, rt := range rts {
+		if errs[i] != nil {
+			t.Fatalf("run %s: %v", ids[i], errs[i])
+		}
+		if other, dup := seen[rt.Subnet()]; dup {
+			t.Errorf("runs %s and %s share %s", other, ids[i], rt.Subnet())
+		}
+		seen[rt.Subnet()] = ids[i]
 	}
 }

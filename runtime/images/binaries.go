@@ -148,6 +148,7 @@ func (b *Builder) cachedBuild(ctx context.Context, name, dir, pkg string) (strin
 	prefix := name + "-" + runtime.GOARCH + "-"
 	path := filepath.Join(cache, prefix+sum)
 	if _, err := os.Stat(path); err == nil {
+		touch(path)
 		return path, nil
 	}
 	if err := GoBuild(ctx, dir, pkg, path, b.progress); err != nil {
@@ -157,13 +158,30 @@ func (b *Builder) cachedBuild(ctx context.Context, name, dir, pkg string) (strin
 	return path, nil
 }
 
-// pruneOld removes earlier builds named prefix* other than keep.
+// keepUnused is how long a cached build nobody asked for stays: several
+// source trees on one machine (git worktrees, a copy being measured) each
+// have their own build, and each tree's runs find theirs again.
+const keepUnused = time.Hour
+
+// touch marks a cached build as used now.
+func touch(path string) {
+	now := time.Now()
+	_ = os.Chtimes(path, now, now)
+}
+
+// pruneOld removes earlier builds named prefix* other than keep that no
+// one has used for keepUnused.
 func pruneOld(dir, prefix, keep string) {
 	entries, _ := os.ReadDir(dir)
 	for _, e := range entries {
-		if n := e.Name(); strings.HasPrefix(n, prefix) && n != keep && !strings.HasSuffix(n, ".tmp") {
-			os.Remove(filepath.Join(dir, n))
+		n := e.Name()
+		if !strings.HasPrefix(n, prefix) || n == keep || strings.HasSuffix(n, ".tmp") {
+			continue
 		}
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) < keepUnused {
+			continue
+		}
+		os.Remove(filepath.Join(dir, n))
 	}
 }
 
@@ -213,6 +231,7 @@ func BuiltFile(name, dest string, mode int64, inputs func() []string, build func
 		prefix := strings.TrimSuffix(name, ext) + "-" + runtime.GOARCH + "-"
 		path := filepath.Join(cache, prefix+sum+ext)
 		if _, err := os.Stat(path); err == nil {
+			touch(path)
 			return path, nil
 		}
 		start := time.Now()

@@ -34,13 +34,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/client"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/splitbrain/splitbrain/runtime"
@@ -136,12 +139,25 @@ func NewBuilder(cli *client.Client, log *slog.Logger) *Builder {
 
 func (b *Builder) progress(format string, args ...any) {
 	if b.Progress != nil {
+		// Steps run side by side: one whole line at a time.
+		progressMu.Lock()
+		defer progressMu.Unlock()
 		fmt.Fprintf(b.Progress, "images: "+format+"\n", args...)
 	}
 }
 
+// progressMu keeps the progress lines of steps running side by side whole.
+var progressMu sync.Mutex
+
+// buildersAtOnce is how many role images Ensure builds side by side: a
+// role image is mostly the engine unpacking the base and apt-get waiting on
+// the mirror, so a few overlap well on 2 cores.
+const buildersAtOnce = 3
+
 // Ensure makes sure the images of roles exist, building what is missing,
-// and returns each role's image tag.
+// and returns each role's image tag. The base (debootstrap: the network)
+// and the files the images hold (go build: the CPU) are made side by side,
+// then the role images, several at a time.
 func (b *Builder) Ensure(ctx context.Context, roles []string) (map[string]string, error) {
 	plans, err := PlanRoles(roles)
 	if err != nil {
@@ -156,37 +172,70 @@ func (b *Builder) Ensure(ctx context.Context, roles []string) (map[string]string
 	}
 	defer unlock()
 
-	// The base's tag is every plan's Base.
-	if _, err := b.base(ctx); err != nil {
+	// Each file once (by destination), whichever roles hold it.
+	var files []File
+	for _, p := range plans {
+		for _, f := range p.Files {
+			if !slices.ContainsFunc(files, func(g File) bool { return g.Dest == f.Dest }) {
+				files = append(files, f)
+			}
+		}
+	}
+	made := make([]Artifact, len(files))
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		// The base's tag is every plan's Base.
+		_, err := b.base(gctx)
+		return err
+	})
+	g.Go(func() error {
+		for i, f := range files {
+			a, err := f.make(gctx, b)
+			if err != nil {
+				return fmt.Errorf("image file %s: %w", f.Name, err)
+			}
+			made[i] = a
+		}
+		return nil
+	})
+	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	made := map[string]Artifact{} // by destination: each file made once
-	tags := map[string]string{}
-	for _, p := range plans {
-		var arts []Artifact
-		for _, f := range p.Files {
-			a, ok := made[f.Dest]
-			if !ok {
-				if a, err = f.make(ctx, b); err != nil {
-					return nil, fmt.Errorf("image %s: %w", p.Role, err)
-				}
-				made[f.Dest] = a
+	artifact := func(f File) Artifact {
+		return made[slices.IndexFunc(files, func(g File) bool { return g.Dest == f.Dest })]
+	}
+
+	tags := make([]string, len(plans))
+	g, gctx = errgroup.WithContext(ctx)
+	g.SetLimit(buildersAtOnce)
+	for i, p := range plans {
+		g.Go(func() error {
+			var arts []Artifact
+			for _, f := range p.Files {
+				arts = append(arts, artifact(f))
 			}
-			arts = append(arts, a)
-		}
-		tag, err := b.roleImage(ctx, p, arts)
-		if err != nil {
-			return nil, err
-		}
+			tag, err := b.roleImage(gctx, p, arts)
+			if err != nil {
+				return err
+			}
+			tags[i] = tag
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for i, p := range plans {
 		if p.Role == RoleControl {
 			// docker-compose.yml names it by a fixed tag.
-			if err := b.Client.ImageTag(ctx, tag, "splitbrain-control:latest"); err != nil {
+			if err := b.Client.ImageTag(ctx, tags[i], "splitbrain-control:latest"); err != nil {
 				return nil, fmt.Errorf("tag control image: %w", err)
 			}
 		}
-		tags[p.Role] = tag
+		out[p.Role] = tags[i]
 	}
-	return tags, nil
+	return out, nil
 }
 
 // lockFile takes an exclusive flock on path, waiting until ctx is done.

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func write(t *testing.T, root, rel, body string) {
@@ -167,7 +168,23 @@ func TestBuiltFile(t *testing.T) {
 	if err != nil || p2 == p1 || builds != 2 {
 		t.Fatalf("changed input: %s, %d builds, %v", p2, builds, err)
 	}
+	// Another source tree may still use the older build: it stays while
+	// it was used within keepUnused, and goes at the next build after.
+	if _, err := os.Stat(p1); err != nil {
+		t.Fatal("a build used a moment ago was removed")
+	}
+	old := time.Now().Add(-2 * keepUnused)
+	if err := os.Chtimes(p1, old, old); err != nil {
+		t.Fatal(err)
+	}
+	input = "v3"
+	if _, err := f.Make(context.Background(), b); err != nil || builds != 3 {
+		t.Fatalf("third input: %d builds, %v", builds, err)
+	}
 	if _, err := os.Stat(p1); !os.IsNotExist(err) {
-		t.Fatal("the older build was kept")
+		t.Fatal("a build unused for longer than keepUnused was kept")
+	}
+	if _, err := os.Stat(p2); err != nil {
+		t.Fatal("the build used a moment ago was removed")
 	}
 }
