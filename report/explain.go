@@ -328,13 +328,13 @@ func (e *explainer) blindJumps(in checkers.Input, illegal []string) []Anomaly {
 	if len(bad) == 0 {
 		return nil
 	}
-	seen := map[int64]history.Value{}
-	seenBy := map[int64]*history.Op{}
+	// seenBy maps a tag to the first operation that read it.
+	seenBy := opsTagTable[*history.Op](in.Ops)
 	for i := range in.Ops {
 		op := &in.Ops[i]
 		if c := op.Complete; c != nil && c.Read != nil {
-			if _, ok := seen[c.Read.Tag]; !ok {
-				seen[c.Read.Tag], seenBy[c.Read.Tag] = *c.Read, op
+			if seenBy.get(c.Read.Tag) == nil {
+				seenBy.set(c.Read.Tag, op)
 			}
 		}
 	}
@@ -357,11 +357,11 @@ func (e *explainer) blindJumps(in checkers.Input, illegal []string) []Anomaly {
 			ki = &keyInfo{values: map[int64]bool{0: true}}
 			keys[k] = ki
 		}
-		switch v, ok := seen[op.Invoke.ID]; {
+		switch by := seenBy.get(op.Invoke.ID); {
 		case op.Complete != nil && op.Complete.Read != nil:
 			ki.values[op.Complete.Read.Value+1] = true
-		case ok:
-			ki.values[v.Value] = true
+		case by != nil:
+			ki.values[by.Complete.Read.Value] = true
 			blind = append(blind, op)
 		default:
 			ki.wildcards++
@@ -370,7 +370,8 @@ func (e *explainer) blindJumps(in checkers.Input, illegal []string) []Anomaly {
 	var out []Anomaly
 	for _, op := range blind {
 		ki := keys[op.Invoke.Key]
-		v := seen[op.Invoke.ID]
+		by := seenBy.get(op.Invoke.ID)
+		v := *by.Complete.Read
 		reachable := false
 		for u := range ki.values {
 			if u <= v.Value-1 && v.Value-1 <= u+ki.wildcards {
@@ -381,7 +382,6 @@ func (e *explainer) blindJumps(in checkers.Input, illegal []string) []Anomaly {
 		if reachable {
 			continue
 		}
-		by := seenBy[op.Invoke.ID]
 		who := "Client " + op.Invoke.Client
 		if op.Invoke.Client == "" {
 			who = fmt.Sprintf("Operation %d", op.Invoke.ID)
@@ -457,7 +457,52 @@ type explainer struct {
 	// verified counts the windows checked so far.
 	verified int
 	// writer maps a tag to the write that wrote it.
-	writer map[int64]*Op
+	writer *tagTable[*Op]
+}
+
+// tagTable maps write tags to values, the zero value meaning absent. A
+// run's tags are its operation ids, numbered from 1, so a slice indexes
+// them (a map on a million operations costs seconds); tags outside it go to
+// a map.
+type tagTable[V comparable] struct {
+	dense  []V
+	sparse map[int64]V
+}
+
+// newTagTable sizes a table for tags up to hi among n operations.
+func newTagTable[V comparable](n int, hi int64) *tagTable[V] {
+	t := &tagTable[V]{}
+	if hi >= 0 && hi <= int64(4*n+1024) {
+		t.dense = make([]V, hi+1)
+	}
+	return t
+}
+
+// opsTagTable sizes a table for the ids of ops.
+func opsTagTable[V comparable](ops []history.Op) *tagTable[V] {
+	var hi int64
+	for i := range ops {
+		hi = max(hi, ops[i].Invoke.ID)
+	}
+	return newTagTable[V](len(ops), hi)
+}
+
+func (t *tagTable[V]) get(tag int64) V {
+	if tag >= 0 && tag < int64(len(t.dense)) {
+		return t.dense[tag]
+	}
+	return t.sparse[tag]
+}
+
+func (t *tagTable[V]) set(tag int64, v V) {
+	if tag >= 0 && tag < int64(len(t.dense)) {
+		t.dense[tag] = v
+		return
+	}
+	if t.sparse == nil {
+		t.sparse = map[int64]V{}
+	}
+	t.sparse[tag] = v
 }
 
 // keyHist is one key's operations.
@@ -474,14 +519,14 @@ type keyHist struct {
 }
 
 func (e *explainer) index(in checkers.Input) {
-	observed := make(map[int64]bool, len(in.Ops))
+	observed := opsTagTable[bool](in.Ops)
 	for _, op := range in.Ops {
 		if c := op.Complete; c != nil && c.Read != nil {
-			observed[c.Read.Tag] = true
+			observed.set(c.Read.Tag, true)
 		}
 	}
 	e.byKey = map[string]*keyHist{}
-	e.writer = make(map[int64]*Op, len(in.Ops))
+	e.writer = opsTagTable[*Op](in.Ops)
 	all := make([]Op, len(in.Ops))
 	for i := range in.Ops {
 		o := &all[i]
@@ -500,12 +545,12 @@ func (e *explainer) index(in checkers.Input) {
 			}
 		case o.F != history.FCriticalSection:
 		case o.Outcome == history.OK && o.Read != nil && o.Write != nil,
-			o.Outcome == history.Info && observed[o.ID] && o.Write != nil,
+			o.Outcome == history.Info && observed.get(o.ID) && o.Write != nil,
 			// A blind write: it took effect, but what it read is unknown.
-			o.Outcome == history.Info && observed[o.ID]:
+			o.Outcome == history.Info && observed.get(o.ID):
 			k.model = append(k.model, o)
 			k.writes = append(k.writes, o)
-			e.writer[o.writeTag()] = o
+			e.writer.set(o.writeTag(), o)
 		case o.Outcome == history.Fail && o.Read != nil:
 			k.model = append(k.model, o)
 		}
@@ -519,7 +564,7 @@ func (e *explainer) index(in checkers.Input) {
 			if w.Read == nil {
 				continue
 			}
-			if p := e.writer[w.Read.Tag]; p != nil && p.Key == k.key {
+			if p := e.writer.get(w.Read.Tag); p != nil && p.Key == k.key {
 				w.sibling, p.succ = p.succ, w
 			} else if w.Read.Tag == 0 {
 				w.sibling, k.rootSucc = k.rootSucc, w
@@ -541,7 +586,7 @@ func (c *chain) hasTag(e *explainer, tag int64) bool {
 	if tag == 0 {
 		return c.rootKnown
 	}
-	w := e.writer[tag]
+	w := e.writer.get(tag)
 	return w != nil && w.chainPos >= 0
 }
 
@@ -549,7 +594,7 @@ func (c *chain) hasTag(e *explainer, tag int64) bool {
 func (c *chain) next(e *explainer, tag int64) *Op {
 	i := -1
 	if tag != 0 {
-		i = e.writer[tag].chainPos
+		i = e.writer.get(tag).chainPos
 	}
 	if i+1 < len(c.ops) {
 		return c.ops[i+1]
@@ -559,7 +604,7 @@ func (c *chain) next(e *explainer, tag int64) *Op {
 
 // writerOf is the write of k that wrote tag, or nil.
 func (e *explainer) writerOf(k *keyHist, tag int64) *Op {
-	if w := e.writer[tag]; w != nil && w.Key == k.key {
+	if w := e.writer.get(tag); w != nil && w.Key == k.key {
 		return w
 	}
 	return nil
