@@ -176,6 +176,7 @@ func (st *parseState) finish() ([]Event, ReadReport, error) {
 // eventParser decodes one goroutine's lines.
 type eventParser struct {
 	strs   map[string]string
+	recent [internSlots]string
 	values []Value
 	b      []byte
 	i      int
@@ -316,6 +317,7 @@ func (p *eventParser) rawString() ([]byte, bool) {
 		return nil, false
 	}
 	start := p.i
+	ascii := true
 	for p.i < len(p.b) {
 		c := p.b[p.i]
 		switch {
@@ -324,21 +326,38 @@ func (p *eventParser) rawString() ([]byte, bool) {
 			p.i++
 			// encoding/json replaces invalid UTF-8; leave such strings
 			// to it.
-			return s, utf8.Valid(s)
+			return s, ascii || utf8.Valid(s)
 		case c == '\\' || c < 0x20:
 			return nil, false
+		case c >= 0x80:
+			ascii = false
 		}
 		p.i++
 	}
 	return nil, false
 }
 
+// internSlots is the size of an eventParser's cache of recent strings.
+const internSlots = 256
+
 func (p *eventParser) str() (string, bool) {
 	raw, ok := p.rawString()
 	if !ok {
 		return "", false
 	}
+	// Most strings are a few names (types, clients, keys) repeated on
+	// every line: a small cache indexed by a hash of the bytes answers
+	// them without the map.
+	h := uint32(2166136261)
+	for _, c := range raw {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	slot := &p.recent[h%internSlots]
+	if *slot == string(raw) {
+		return *slot, true
+	}
 	if s, ok := p.strs[string(raw)]; ok {
+		*slot = s
 		return s, true
 	}
 	if len(p.strs) > 4096 {
@@ -346,26 +365,39 @@ func (p *eventParser) str() (string, bool) {
 	}
 	s := string(raw)
 	p.strs[s] = s
+	*slot = s
 	return s, true
 }
 
+// int reads a JSON integer; false (leaving it to encoding/json) for
+// anything else, including one out of int64's range.
 func (p *eventParser) int() (int64, bool) {
 	start := p.i
-	if p.i < len(p.b) && p.b[p.i] == '-' {
+	neg := p.i < len(p.b) && p.b[p.i] == '-'
+	if neg {
 		p.i++
 	}
 	digits := p.i
+	var n uint64
 	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		n = n*10 + uint64(p.b[p.i]-'0')
 		p.i++
 	}
 	if p.i < len(p.b) && (p.b[p.i] == '.' || p.b[p.i] == 'e' || p.b[p.i] == 'E') {
 		return 0, false
 	}
-	if p.i-digits > 1 && p.b[digits] == '0' {
+	switch nd := p.i - digits; {
+	case nd == 0:
+		return 0, false
+	case nd > 1 && p.b[digits] == '0':
 		return 0, false // JSON has no leading zeros; let encoding/json refuse it
+	case nd >= 19: // may overflow: the careful way
+		v, err := strconv.ParseInt(string(p.b[start:p.i]), 10, 64)
+		return v, err == nil
+	case neg:
+		return -int64(n), true
 	}
-	n, err := strconv.ParseInt(string(p.b[start:p.i]), 10, 64)
-	return n, err == nil
+	return int64(n), true
 }
 
 func (p *eventParser) bool() (bool, bool) {
