@@ -24,6 +24,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -254,8 +255,28 @@ func Check(ctx context.Context, in Input, cs ...Checker) Report {
 	rep := Report{Checkers: make(Results, len(cs))}
 	var data, lock []Verdict
 	var lockWhy, dataWhy, unknownWhy []string
-	for _, c := range cs {
-		r := c.Check(ctx, in)
+	// The checkers are independent (each is safe for concurrent use and
+	// the Input's derived data is computed once): run them on every core,
+	// then compose in the order given.
+	results := make([]Result, len(cs))
+	next := make(chan int, len(cs))
+	for i := range cs {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(cs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				results[i] = cs[i].Check(ctx, in)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, c := range cs {
+		r := results[i]
 		rep.Checkers[c.Name()] = r
 		if !r.Judges {
 			continue
