@@ -64,6 +64,7 @@ func ReadFrom(r io.Reader, size int64) ([]Event, ReadReport, error) {
 				est = int(float64(size)/float64(end)*float64(lines)*1.02) + 16
 			}
 			st.events = make([]Event, 0, est)
+			st.lineNo = make([]int, 0, est)
 		}
 		if err := st.block(buf[:end], eof); err != nil {
 			return st.events, st.rep, err
@@ -79,12 +80,32 @@ type parseState struct {
 	lineNo []int
 	line   int // lines seen so far
 	rep    ReadReport
+	// parsers decode the blocks (one per worker; their interned
+	// strings carry over); lines, errs and syntax are a block's, kept for
+	// the next one.
+	parsers []*eventParser
+	lines   [][]byte
+	errs    []error
+	syntax  []bool
+}
+
+// reuse returns (*s)[:n] zeroed, growing *s when needed.
+func reuse[T any](s *[]T, n int) []T {
+	if cap(*s) < n {
+		*s = make([]T, n)
+	}
+	*s = (*s)[:n]
+	clear(*s)
+	return *s
 }
 
 // block decodes the whole lines of data; last says data ends the history
 // (its last line may lack a newline, and be torn).
 func (st *parseState) block(data []byte, last bool) error {
-	var lines [][]byte
+	// The per-block slices are reused: garbage makes the collector scan
+	// the events decoded so far again.
+	lines := st.lines[:0]
+	defer func() { st.lines = lines[:0] }()
 	first := len(st.events)
 	torn := -1
 	for rest := data; len(rest) > 0; {
@@ -114,12 +135,15 @@ func (st *parseState) block(data []byte, last bool) error {
 	}
 	st.events = st.events[:first+len(lines)]
 	events := st.events[first:]
-	errs := make([]error, len(lines))
+	errs := reuse(&st.errs, len(lines))
 	// syntax marks lines that are not JSON events at all (as opposed to
 	// events that fail validation): only those can be a torn tail.
-	syntax := make([]bool, len(lines))
+	syntax := reuse(&st.syntax, len(lines))
 	workers := min(runtime.GOMAXPROCS(0), max(1, len(lines)/2000))
 	chunk := (len(lines) + workers - 1) / max(workers, 1)
+	for len(st.parsers) < workers {
+		st.parsers = append(st.parsers, newEventParser(0))
+	}
 	var wg sync.WaitGroup
 	for w := range workers {
 		lo, hi := w*chunk, min((w+1)*chunk, len(lines))
@@ -129,7 +153,8 @@ func (st *parseState) block(data []byte, last bool) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p := newEventParser(hi - lo)
+			p := st.parsers[w]
+			p.reserve(hi - lo)
 			for i := lo; i < hi; i++ {
 				if !p.parse(lines[i], &events[i]) {
 					if err, syn := decodeStrict(lines[i], &events[i]); err != nil {
@@ -184,6 +209,17 @@ type eventParser struct {
 
 func newEventParser(n int) *eventParser {
 	return &eventParser{strs: map[string]string{}, values: make([]Value, 0, n)}
+}
+
+// reserve makes room for the values of n more lines: a new slab, as the
+// events point into the old one.
+func (p *eventParser) reserve(n int) {
+	if cap(p.values)-len(p.values) < n {
+		p.values = make([]Value, 0, n)
+	}
+	if len(p.strs) > internMax {
+		clear(p.strs) // full of messages: start again for this block
+	}
 }
 
 // parse decodes line into e; false means the line needs encoding/json.
@@ -337,6 +373,9 @@ func (p *eventParser) rawString() ([]byte, bool) {
 	return nil, false
 }
 
+// internMax bounds an eventParser's map of interned strings.
+const internMax = 4096
+
 // internSlots is the size of an eventParser's cache of recent strings.
 const internSlots = 256
 
@@ -360,7 +399,7 @@ func (p *eventParser) str() (string, bool) {
 		*slot = s
 		return s, true
 	}
-	if len(p.strs) > 4096 {
+	if len(p.strs) > internMax {
 		return string(raw), true // messages and the like: not worth interning
 	}
 	s := string(raw)
