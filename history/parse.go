@@ -38,7 +38,13 @@ var readBlock = 8 << 20
 // Errors are Parse's, and reading errors are wrapped.
 func ReadFrom(r io.Reader, size int64) ([]Event, ReadReport, error) {
 	var st parseState
-	buf := make([]byte, readBlock)
+	// A small history gets a buffer of its size; one of unknown size
+	// starts small, and the buffer doubles up to readBlock as it fills.
+	start := min(readBlock, 64<<10)
+	if size > 0 {
+		start = min(readBlock, int(size)+1)
+	}
+	buf := make([]byte, start)
 	n := 0 // bytes held in buf
 	for eof := false; !eof; {
 		m, err := io.ReadFull(r, buf[n:])
@@ -70,6 +76,11 @@ func ReadFrom(r io.Reader, size int64) ([]Event, ReadReport, error) {
 			return st.events, st.rep, err
 		}
 		n = copy(buf, buf[end:n])
+		if !eof && len(buf) < readBlock {
+			grown := make([]byte, min(2*len(buf), readBlock))
+			n = copy(grown, buf[:n])
+			buf = grown
+		}
 	}
 	return st.finish()
 }
