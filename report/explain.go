@@ -236,7 +236,10 @@ func explainInput(ctx context.Context, in checkers.Input, opts ExplainOptions) [
 	// Keys in order of their first anomaly would be nicer, but the checks
 	// are bounded by count, so go by key name for determinism.
 	for _, k := range e.keys {
-		as := e.explainKey(e.byKey[k])
+		kh := e.byKey[k]
+		e.build(kh)
+		as := e.explainKey(kh)
+		e.release(kh)
 		if len(as) > 0 {
 			explained[k] = true
 		}
@@ -456,8 +459,13 @@ type explainer struct {
 	byKey  map[string]*keyHist
 	// verified counts the windows checked so far.
 	verified int
-	// writer maps a tag to the write that wrote it.
+	// writer maps a tag to the write that wrote it, for the key being
+	// explained.
 	writer *tagTable[*Op]
+	// ops are the history's operations; observed marks the tags a read
+	// saw.
+	ops      []history.Op
+	observed *tagTable[bool]
 }
 
 // tagTable maps write tags to values, the zero value meaning absent. A
@@ -508,6 +516,8 @@ func (t *tagTable[V]) set(tag int64, v V) {
 // keyHist is one key's operations.
 type keyHist struct {
 	key string
+	// ops are the key's operations (indexes into the explainer's ops).
+	ops []int32
 	// rootSucc lists the writes that read the initial state.
 	rootSucc *Op
 	// model are the operations the checker judges, in invocation order.
@@ -518,25 +528,44 @@ type keyHist struct {
 	finals []*Op
 }
 
+// index groups the operations by key; a key's Ops are built only while it
+// is explained (see build), so the index costs a few bytes per operation
+// rather than an Op each.
 func (e *explainer) index(in checkers.Input) {
-	observed := opsTagTable[bool](in.Ops)
+	e.ops = in.Ops
+	e.observed = opsTagTable[bool](in.Ops)
 	for _, op := range in.Ops {
 		if c := op.Complete; c != nil && c.Read != nil {
-			observed.set(c.Read.Tag, true)
+			e.observed.set(c.Read.Tag, true)
 		}
 	}
 	e.byKey = map[string]*keyHist{}
 	e.writer = opsTagTable[*Op](in.Ops)
-	all := make([]Op, len(in.Ops))
+	var last *keyHist
 	for i := range in.Ops {
-		o := &all[i]
-		*o = newOp(&in.Ops[i])
-		k := e.byKey[o.Key]
-		if k == nil {
-			k = &keyHist{key: o.Key}
-			e.byKey[o.Key] = k
-			e.keys = append(e.keys, o.Key)
+		key := in.Ops[i].Invoke.Key
+		k := last
+		if k == nil || k.key != key {
+			k = e.byKey[key]
 		}
+		if k == nil {
+			k = &keyHist{key: key}
+			e.byKey[key] = k
+			e.keys = append(e.keys, key)
+		}
+		k.ops = append(k.ops, int32(i))
+		last = k
+	}
+	sort.Strings(e.keys)
+}
+
+// build makes k's Ops: its model, writes and final reads, the writer of
+// each tag it wrote, and the successor lists.
+func (e *explainer) build(k *keyHist) {
+	all := make([]Op, len(k.ops))
+	for j, i := range k.ops {
+		o := &all[j]
+		*o = newOp(&e.ops[i])
 		switch {
 		case o.F == history.FRead:
 			if o.Outcome == history.OK && o.Read != nil {
@@ -545,9 +574,9 @@ func (e *explainer) index(in checkers.Input) {
 			}
 		case o.F != history.FCriticalSection:
 		case o.Outcome == history.OK && o.Read != nil && o.Write != nil,
-			o.Outcome == history.Info && observed.get(o.ID) && o.Write != nil,
+			o.Outcome == history.Info && e.observed.get(o.ID) && o.Write != nil,
 			// A blind write: it took effect, but what it read is unknown.
-			o.Outcome == history.Info && observed.get(o.ID):
+			o.Outcome == history.Info && e.observed.get(o.ID):
 			k.model = append(k.model, o)
 			k.writes = append(k.writes, o)
 			e.writer.set(o.writeTag(), o)
@@ -555,22 +584,29 @@ func (e *explainer) index(in checkers.Input) {
 			k.model = append(k.model, o)
 		}
 	}
-	sort.Strings(e.keys)
-	for _, k := range e.byKey {
-		sort.SliceStable(k.finals, func(i, j int) bool { return k.finals[i].Complete < k.finals[j].Complete })
-		// Successor lists, each in order of the writes' landing.
-		for i := len(k.writes) - 1; i >= 0; i-- {
-			w := k.writes[i]
-			if w.Read == nil {
-				continue
-			}
-			if p := e.writer.get(w.Read.Tag); p != nil && p.Key == k.key {
-				w.sibling, p.succ = p.succ, w
-			} else if w.Read.Tag == 0 {
-				w.sibling, k.rootSucc = k.rootSucc, w
-			}
+	sort.SliceStable(k.finals, func(i, j int) bool { return k.finals[i].Complete < k.finals[j].Complete })
+	// Successor lists, each in order of the writes' landing.
+	for i := len(k.writes) - 1; i >= 0; i-- {
+		w := k.writes[i]
+		if w.Read == nil {
+			continue
+		}
+		if p := e.writer.get(w.Read.Tag); p != nil && p.Key == k.key {
+			w.sibling, p.succ = p.succ, w
+		} else if w.Read.Tag == 0 {
+			w.sibling, k.rootSucc = k.rootSucc, w
 		}
 	}
+}
+
+// release drops k's Ops (the anomalies hold copies) once it is explained.
+func (e *explainer) release(k *keyHist) {
+	for _, w := range k.writes {
+		if e.writer.get(w.writeTag()) == w {
+			e.writer.set(w.writeTag(), nil)
+		}
+	}
+	k.model, k.writes, k.finals, k.rootSucc = nil, nil, nil, nil
 }
 
 // chain is the sequence of writes that survived on a key: from the state
@@ -593,8 +629,8 @@ func (c *chain) hasTag(e *explainer, tag int64) bool {
 // next is the chain write that read tag, nil when tag is the tip.
 func (c *chain) next(e *explainer, tag int64) *Op {
 	i := -1
-	if tag != 0 {
-		i = e.writer.get(tag).chainPos
+	if w := e.writer.get(tag); tag != 0 && w != nil {
+		i = w.chainPos
 	}
 	if i+1 < len(c.ops) {
 		return c.ops[i+1]
