@@ -237,7 +237,12 @@ func buildPage(root *os.Root, run *Run, in checkers.Input, noHistory bool) *repo
 	if d := run.Checkers.Linearizable(); d != nil {
 		illegal = d.IllegalKeys
 	}
-	anomalies := explainInput(context.Background(), in, ExplainOptions{LeaseTTL: run.Config.LeaseTTL, IllegalKeys: illegal, Origin: run.TestStart})
+	var anomalies []Anomaly
+	if run.Valid != checkers.Valid {
+		// A valid history has nothing to explain (see Explain), as in
+		// WriteVerdict: the explainer's index is not built for it.
+		anomalies = explainInput(context.Background(), in, ExplainOptions{LeaseTTL: run.Config.LeaseTTL, IllegalKeys: illegal, Origin: run.TestStart})
+	}
 	p.Headline = headline(run, anomalies, "below")
 	p.Lines = verdictLines(run, tf)
 	p.Facts = facts(run, len(faults))
