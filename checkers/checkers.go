@@ -111,10 +111,26 @@ type Input struct {
 
 // inputMemo is an Input's derived data, computed on first use.
 type inputMemo struct {
-	holdsOnce, tokensOnce sync.Once
-	holds                 []Hold
-	violations            []TokenViolation
-	grants                int
+	tokensOnce sync.Once
+	holds      *holdsMemo
+	violations []TokenViolation
+	grants     int
+}
+
+// holdsMemo is an Input's holds, computed on first use.
+type holdsMemo struct {
+	once  sync.Once
+	holds []Hold
+}
+
+// ForgetHolds drops the holds the checkers shared (about 100 bytes an
+// operation); a later [Holds] computes them again. For a caller that goes on
+// to other work with the Input once its checkers are done; not while
+// checkers run on it.
+func (in Input) ForgetHolds() {
+	if in.memo != nil {
+		in.memo.holds = &holdsMemo{}
+	}
 }
 
 // NewInput pairs a history's events.
@@ -124,7 +140,7 @@ func NewInput(events []history.Event) Input {
 	for i := range events {
 		end = max(end, events[i].Time)
 	}
-	return Input{Ops: ops, Faults: faults, End: end, memo: &inputMemo{}}
+	return Input{Ops: ops, Faults: faults, End: end, memo: &inputMemo{holds: &holdsMemo{}}}
 }
 
 // Checker judges one aspect of a history.

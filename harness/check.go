@@ -30,6 +30,9 @@ func Judge(ctx context.Context, res *Results, events []history.Event, timeout ti
 	}
 	res.Faults = checkers.Windows(in.Faults)
 	res.Metrics = Metrics(in)
+	// The report explains the history next and needs the holds only at
+	// its end: do not keep them through the explanation.
+	in.ForgetHolds()
 	return in
 }
 
