@@ -24,6 +24,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -110,10 +111,26 @@ type Input struct {
 
 // inputMemo is an Input's derived data, computed on first use.
 type inputMemo struct {
-	holdsOnce, tokensOnce sync.Once
-	holds                 []Hold
-	violations            []TokenViolation
-	grants                int
+	tokensOnce sync.Once
+	holds      *holdsMemo
+	violations []TokenViolation
+	grants     int
+}
+
+// holdsMemo is an Input's holds, computed on first use.
+type holdsMemo struct {
+	once  sync.Once
+	holds []Hold
+}
+
+// ForgetHolds drops the holds the checkers shared (about 100 bytes an
+// operation); a later [Holds] computes them again. For a caller that goes on
+// to other work with the Input once its checkers are done; not while
+// checkers run on it.
+func (in Input) ForgetHolds() {
+	if in.memo != nil {
+		in.memo.holds = &holdsMemo{}
+	}
 }
 
 // NewInput pairs a history's events.
@@ -123,7 +140,7 @@ func NewInput(events []history.Event) Input {
 	for i := range events {
 		end = max(end, events[i].Time)
 	}
-	return Input{Ops: ops, Faults: faults, End: end, memo: &inputMemo{}}
+	return Input{Ops: ops, Faults: faults, End: end, memo: &inputMemo{holds: &holdsMemo{}}}
 }
 
 // Checker judges one aspect of a history.
@@ -254,8 +271,28 @@ func Check(ctx context.Context, in Input, cs ...Checker) Report {
 	rep := Report{Checkers: make(Results, len(cs))}
 	var data, lock []Verdict
 	var lockWhy, dataWhy, unknownWhy []string
-	for _, c := range cs {
-		r := c.Check(ctx, in)
+	// The checkers are independent (each is safe for concurrent use and
+	// the Input's derived data is computed once): run them on every core,
+	// then compose in the order given.
+	results := make([]Result, len(cs))
+	next := make(chan int, len(cs))
+	for i := range cs {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(cs)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				results[i] = cs[i].Check(ctx, in)
+			}
+		}()
+	}
+	wg.Wait()
+	for i, c := range cs {
+		r := results[i]
 		rep.Checkers[c.Name()] = r
 		if !r.Judges {
 			continue

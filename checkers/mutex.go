@@ -34,8 +34,9 @@ func Holds(in Input) []Hold {
 	if in.memo == nil {
 		return holds(in)
 	}
-	in.memo.holdsOnce.Do(func() { in.memo.holds = holds(in) })
-	return in.memo.holds
+	m := in.memo.holds
+	m.once.Do(func() { m.holds = holds(in) })
+	return m.holds
 }
 
 func holds(in Input) []Hold {

@@ -30,6 +30,9 @@ func Judge(ctx context.Context, res *Results, events []history.Event, timeout ti
 	}
 	res.Faults = checkers.Windows(in.Faults)
 	res.Metrics = Metrics(in)
+	// The report explains the history next and needs the holds only at
+	// its end: do not keep them through the explanation.
+	in.ForgetHolds()
 	return in
 }
 
@@ -52,35 +55,49 @@ func HistoryPath(path string) string {
 // naming the file, and for a malformed one the line and the field); a torn
 // last line is dropped and reported in the results' History.
 func Recheck(ctx context.Context, path string, timeout time.Duration) (*Results, []history.Event, error) {
+	res, in, err := RecheckInput(ctx, path, timeout)
+	return res, in.Events, err
+}
+
+// Rechecked is a re-checked history: its events and the Input they were
+// judged on (for the report, so that it does not pair them again).
+type Rechecked struct {
+	Events []history.Event
+	checkers.Input
+}
+
+// RecheckInput is [Recheck] returning the Input the history was judged on
+// too.
+func RecheckInput(ctx context.Context, path string, timeout time.Duration) (*Results, Rechecked, error) {
 	path = HistoryPath(path)
 	events, rep, err := history.ReadFile(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return nil, nil, BadInput("no history at %s (give a run directory or a history.jsonl)", path)
+		return nil, Rechecked{}, BadInput("no history at %s (give a run directory or a history.jsonl)", path)
 	case errors.Is(err, history.ErrCorrupt):
-		return nil, nil, BadInput("%s: %v (see docs/history-format.md)", path, err)
+		return nil, Rechecked{}, BadInput("%s: %v (see docs/history-format.md)", path, err)
 	case err != nil:
-		return nil, nil, BadInput("%s: %v", path, err)
+		return nil, Rechecked{}, BadInput("%s: %v", path, err)
 	case len(events) == 0 && rep.TornTail:
-		return nil, nil, BadInput("%s: nothing to check: its only line is torn (%d bytes), as when a run dies before its first event", path, rep.TornBytes)
+		return nil, Rechecked{}, BadInput("%s: nothing to check: its only line is torn (%d bytes), as when a run dies before its first event", path, rep.TornBytes)
 	case len(events) == 0:
-		return nil, nil, BadInput("%s: nothing to check: the history has no events", path)
+		return nil, Rechecked{}, BadInput("%s: nothing to check: the history has no events", path)
 	}
 	res := &Results{Valid: checkers.Unknown}
 	resultsPath := filepath.Join(filepath.Dir(path), "results.json")
 	if b, err := os.ReadFile(resultsPath); err == nil {
 		if err := json.Unmarshal(b, res); err != nil {
-			return nil, nil, BadInput("%s: %v (remove it to check the history alone)", resultsPath, err)
+			return nil, Rechecked{}, BadInput("%s: %v (remove it to check the history alone)", resultsPath, err)
 		}
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return nil, nil, fmt.Errorf("read %s: %w", resultsPath, err)
+		return nil, Rechecked{}, fmt.Errorf("read %s: %w", resultsPath, err)
 	}
 	res.History = rep
 	start := time.Now()
-	Judge(ctx, res, events, timeout)
+	in := Judge(ctx, res, events, timeout)
 	if res.Phases == nil {
 		res.Phases = map[string]time.Duration{}
 	}
 	res.Phases["check"] = time.Since(start)
-	return res, events, nil
+	return res, Rechecked{Events: events, Input: in}, nil
 }

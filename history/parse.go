@@ -38,7 +38,13 @@ var readBlock = 8 << 20
 // Errors are Parse's, and reading errors are wrapped.
 func ReadFrom(r io.Reader, size int64) ([]Event, ReadReport, error) {
 	var st parseState
-	buf := make([]byte, readBlock)
+	// A small history gets a buffer of its size; one of unknown size
+	// starts small, and the buffer doubles up to readBlock as it fills.
+	start := min(readBlock, 64<<10)
+	if size > 0 {
+		start = min(readBlock, int(size)+1)
+	}
+	buf := make([]byte, start)
 	n := 0 // bytes held in buf
 	for eof := false; !eof; {
 		m, err := io.ReadFull(r, buf[n:])
@@ -64,11 +70,17 @@ func ReadFrom(r io.Reader, size int64) ([]Event, ReadReport, error) {
 				est = int(float64(size)/float64(end)*float64(lines)*1.02) + 16
 			}
 			st.events = make([]Event, 0, est)
+			st.lineNo = make([]int, 0, est)
 		}
 		if err := st.block(buf[:end], eof); err != nil {
 			return st.events, st.rep, err
 		}
 		n = copy(buf, buf[end:n])
+		if !eof && len(buf) < readBlock {
+			grown := make([]byte, min(2*len(buf), readBlock))
+			n = copy(grown, buf[:n])
+			buf = grown
+		}
 	}
 	return st.finish()
 }
@@ -79,12 +91,32 @@ type parseState struct {
 	lineNo []int
 	line   int // lines seen so far
 	rep    ReadReport
+	// parsers decode the blocks (one per worker; their interned
+	// strings carry over); lines, errs and syntax are a block's, kept for
+	// the next one.
+	parsers []*eventParser
+	lines   [][]byte
+	errs    []error
+	syntax  []bool
+}
+
+// reuse returns (*s)[:n] zeroed, growing *s when needed.
+func reuse[T any](s *[]T, n int) []T {
+	if cap(*s) < n {
+		*s = make([]T, n)
+	}
+	*s = (*s)[:n]
+	clear(*s)
+	return *s
 }
 
 // block decodes the whole lines of data; last says data ends the history
 // (its last line may lack a newline, and be torn).
 func (st *parseState) block(data []byte, last bool) error {
-	var lines [][]byte
+	// The per-block slices are reused: garbage makes the collector scan
+	// the events decoded so far again.
+	lines := st.lines[:0]
+	defer func() { st.lines = lines[:0] }()
 	first := len(st.events)
 	torn := -1
 	for rest := data; len(rest) > 0; {
@@ -114,12 +146,15 @@ func (st *parseState) block(data []byte, last bool) error {
 	}
 	st.events = st.events[:first+len(lines)]
 	events := st.events[first:]
-	errs := make([]error, len(lines))
+	errs := reuse(&st.errs, len(lines))
 	// syntax marks lines that are not JSON events at all (as opposed to
 	// events that fail validation): only those can be a torn tail.
-	syntax := make([]bool, len(lines))
+	syntax := reuse(&st.syntax, len(lines))
 	workers := min(runtime.GOMAXPROCS(0), max(1, len(lines)/2000))
 	chunk := (len(lines) + workers - 1) / max(workers, 1)
+	for len(st.parsers) < workers {
+		st.parsers = append(st.parsers, newEventParser(0))
+	}
 	var wg sync.WaitGroup
 	for w := range workers {
 		lo, hi := w*chunk, min((w+1)*chunk, len(lines))
@@ -129,7 +164,8 @@ func (st *parseState) block(data []byte, last bool) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p := newEventParser(hi - lo)
+			p := st.parsers[w]
+			p.reserve(hi - lo)
 			for i := lo; i < hi; i++ {
 				if !p.parse(lines[i], &events[i]) {
 					if err, syn := decodeStrict(lines[i], &events[i]); err != nil {
@@ -176,6 +212,7 @@ func (st *parseState) finish() ([]Event, ReadReport, error) {
 // eventParser decodes one goroutine's lines.
 type eventParser struct {
 	strs   map[string]string
+	recent [internSlots]string
 	values []Value
 	b      []byte
 	i      int
@@ -183,6 +220,17 @@ type eventParser struct {
 
 func newEventParser(n int) *eventParser {
 	return &eventParser{strs: map[string]string{}, values: make([]Value, 0, n)}
+}
+
+// reserve makes room for the values of n more lines: a new slab, as the
+// events point into the old one.
+func (p *eventParser) reserve(n int) {
+	if cap(p.values)-len(p.values) < n {
+		p.values = make([]Value, 0, n)
+	}
+	if len(p.strs) > internMax {
+		clear(p.strs) // full of messages: start again for this block
+	}
 }
 
 // parse decodes line into e; false means the line needs encoding/json.
@@ -316,6 +364,7 @@ func (p *eventParser) rawString() ([]byte, bool) {
 		return nil, false
 	}
 	start := p.i
+	ascii := true
 	for p.i < len(p.b) {
 		c := p.b[p.i]
 		switch {
@@ -324,48 +373,81 @@ func (p *eventParser) rawString() ([]byte, bool) {
 			p.i++
 			// encoding/json replaces invalid UTF-8; leave such strings
 			// to it.
-			return s, utf8.Valid(s)
+			return s, ascii || utf8.Valid(s)
 		case c == '\\' || c < 0x20:
 			return nil, false
+		case c >= 0x80:
+			ascii = false
 		}
 		p.i++
 	}
 	return nil, false
 }
 
+// internMax bounds an eventParser's map of interned strings.
+const internMax = 4096
+
+// internSlots is the size of an eventParser's cache of recent strings.
+const internSlots = 256
+
 func (p *eventParser) str() (string, bool) {
 	raw, ok := p.rawString()
 	if !ok {
 		return "", false
 	}
+	// Most strings are a few names (types, clients, keys) repeated on
+	// every line: a small cache indexed by a hash of the bytes answers
+	// them without the map.
+	h := uint32(2166136261)
+	for _, c := range raw {
+		h = (h ^ uint32(c)) * 16777619
+	}
+	slot := &p.recent[h%internSlots]
+	if *slot == string(raw) {
+		return *slot, true
+	}
 	if s, ok := p.strs[string(raw)]; ok {
+		*slot = s
 		return s, true
 	}
-	if len(p.strs) > 4096 {
+	if len(p.strs) > internMax {
 		return string(raw), true // messages and the like: not worth interning
 	}
 	s := string(raw)
 	p.strs[s] = s
+	*slot = s
 	return s, true
 }
 
+// int reads a JSON integer; false (leaving it to encoding/json) for
+// anything else, including one out of int64's range.
 func (p *eventParser) int() (int64, bool) {
 	start := p.i
-	if p.i < len(p.b) && p.b[p.i] == '-' {
+	neg := p.i < len(p.b) && p.b[p.i] == '-'
+	if neg {
 		p.i++
 	}
 	digits := p.i
+	var n uint64
 	for p.i < len(p.b) && p.b[p.i] >= '0' && p.b[p.i] <= '9' {
+		n = n*10 + uint64(p.b[p.i]-'0')
 		p.i++
 	}
 	if p.i < len(p.b) && (p.b[p.i] == '.' || p.b[p.i] == 'e' || p.b[p.i] == 'E') {
 		return 0, false
 	}
-	if p.i-digits > 1 && p.b[digits] == '0' {
+	switch nd := p.i - digits; {
+	case nd == 0:
+		return 0, false
+	case nd > 1 && p.b[digits] == '0':
 		return 0, false // JSON has no leading zeros; let encoding/json refuse it
+	case nd >= 19: // may overflow: the careful way
+		v, err := strconv.ParseInt(string(p.b[start:p.i]), 10, 64)
+		return v, err == nil
+	case neg:
+		return -int64(n), true
 	}
-	n, err := strconv.ParseInt(string(p.b[start:p.i]), 10, 64)
-	return n, err == nil
+	return int64(n), true
 }
 
 func (p *eventParser) bool() (bool, bool) {

@@ -299,8 +299,8 @@ func checkSequence(events []Event, lineNo []int) error {
 		invoke, complete int32 // event indexes; complete -1 while in flight
 	}
 	states := make([]opState, 0, len(events)/2+1)
-	ops := newIDTable(events)   // id → index in states
-	inFlight := map[int]int64{} // process → id
+	ops := newIDTable(events) // id → index in states
+	var inFlight flights      // process → id
 	// Ids invoked later, for "completion before its invocation".
 	invokedAt := func(id int64, from int) int {
 		for j := from; j < len(events); j++ {
@@ -330,12 +330,14 @@ func checkSequence(events []Event, lineNo []int) error {
 				return bad("id", "id %d was completed already on line %d", e.ID, lineNo[st.complete]).at(line)
 			}
 			inv := &events[st.invoke]
-			for _, f := range []struct {
-				name        string
-				got, wanted string
-			}{{"f", e.F, inv.F}, {"key", e.Key, inv.Key}, {"process", fmt.Sprint(e.Process), fmt.Sprint(inv.Process)}} {
-				if f.got != f.wanted {
-					return bad(f.name, "the completion of id %d says %q, its invocation (line %d) %q", e.ID, f.got, lineNo[st.invoke], f.wanted).at(line)
+			if e.F != inv.F || e.Key != inv.Key || e.Process != inv.Process {
+				for _, f := range []struct {
+					name        string
+					got, wanted string
+				}{{"f", e.F, inv.F}, {"key", e.Key, inv.Key}, {"process", fmt.Sprint(e.Process), fmt.Sprint(inv.Process)}} {
+					if f.got != f.wanted {
+						return bad(f.name, "the completion of id %d says %q, its invocation (line %d) %q", e.ID, f.got, lineNo[st.invoke], f.wanted).at(line)
+					}
 				}
 			}
 			if e.Client != "" && inv.Client != "" && e.Client != inv.Client {
@@ -345,7 +347,7 @@ func checkSequence(events []Event, lineNo []int) error {
 				return bad("t", "the completion of id %d at %d is before its invocation at %d (line %d)", e.ID, e.Time, inv.Time, lineNo[st.invoke]).at(line)
 			}
 			st.complete = int32(i)
-			delete(inFlight, e.Process)
+			inFlight.clear(e.Process)
 		}
 		if e.Time < last {
 			return bad("t", "%d is before the previous event's %d: events must be in time order", e.Time, last).at(line)
@@ -357,15 +359,65 @@ func checkSequence(events []Event, lineNo []int) error {
 		if si, known := ops.get(e.ID); known {
 			return bad("id", "id %d was invoked already on line %d (ids are unique)", e.ID, lineNo[states[si].invoke]).at(line)
 		}
-		if id, busy := inFlight[e.Process]; busy {
+		if id, busy := inFlight.get(e.Process); busy {
 			return bad("process", "process %d invokes id %d while its id %d (line %d) has not completed; a process runs one operation at a time",
 				e.Process, e.ID, id, lineNo[states[ops.must(id)].invoke]).at(line)
 		}
 		ops.set(e.ID, int32(len(states)))
 		states = append(states, opState{invoke: int32(i), complete: -1})
-		inFlight[e.Process] = e.ID
+		inFlight.set(e.Process, e.ID)
 	}
 	return nil
+}
+
+// flights maps processes to the id each has in flight: a slice for the
+// small process numbers a run uses, a map for others.
+type flights struct {
+	dense  []flight
+	sparse map[int]int64
+}
+
+type flight struct {
+	id   int64
+	busy bool
+}
+
+// maxDenseProcess bounds the processes flights keeps in its slice.
+const maxDenseProcess = 1 << 16
+
+func (f *flights) get(p int) (int64, bool) {
+	if p >= 0 && p < maxDenseProcess {
+		if p < len(f.dense) {
+			return f.dense[p].id, f.dense[p].busy
+		}
+		return 0, false
+	}
+	id, ok := f.sparse[p]
+	return id, ok
+}
+
+func (f *flights) set(p int, id int64) {
+	if p >= 0 && p < maxDenseProcess {
+		if p >= len(f.dense) {
+			f.dense = append(f.dense, make([]flight, p+1-len(f.dense))...)
+		}
+		f.dense[p] = flight{id: id, busy: true}
+		return
+	}
+	if f.sparse == nil {
+		f.sparse = map[int]int64{}
+	}
+	f.sparse[p] = id
+}
+
+func (f *flights) clear(p int) {
+	if p >= 0 && p < maxDenseProcess {
+		if p < len(f.dense) {
+			f.dense[p] = flight{}
+		}
+		return
+	}
+	delete(f.sparse, p)
 }
 
 // idTable maps operation ids to int32s: a dense table when the ids are

@@ -236,7 +236,10 @@ func explainInput(ctx context.Context, in checkers.Input, opts ExplainOptions) [
 	// Keys in order of their first anomaly would be nicer, but the checks
 	// are bounded by count, so go by key name for determinism.
 	for _, k := range e.keys {
-		as := e.explainKey(e.byKey[k])
+		kh := e.byKey[k]
+		e.build(kh)
+		as := e.explainKey(kh)
+		e.release(kh)
 		if len(as) > 0 {
 			explained[k] = true
 		}
@@ -328,13 +331,13 @@ func (e *explainer) blindJumps(in checkers.Input, illegal []string) []Anomaly {
 	if len(bad) == 0 {
 		return nil
 	}
-	seen := map[int64]history.Value{}
-	seenBy := map[int64]*history.Op{}
+	// seenBy maps a tag to the first operation that read it.
+	seenBy := opsTagTable[*history.Op](in.Ops)
 	for i := range in.Ops {
 		op := &in.Ops[i]
 		if c := op.Complete; c != nil && c.Read != nil {
-			if _, ok := seen[c.Read.Tag]; !ok {
-				seen[c.Read.Tag], seenBy[c.Read.Tag] = *c.Read, op
+			if seenBy.get(c.Read.Tag) == nil {
+				seenBy.set(c.Read.Tag, op)
 			}
 		}
 	}
@@ -357,11 +360,11 @@ func (e *explainer) blindJumps(in checkers.Input, illegal []string) []Anomaly {
 			ki = &keyInfo{values: map[int64]bool{0: true}}
 			keys[k] = ki
 		}
-		switch v, ok := seen[op.Invoke.ID]; {
+		switch by := seenBy.get(op.Invoke.ID); {
 		case op.Complete != nil && op.Complete.Read != nil:
 			ki.values[op.Complete.Read.Value+1] = true
-		case ok:
-			ki.values[v.Value] = true
+		case by != nil:
+			ki.values[by.Complete.Read.Value] = true
 			blind = append(blind, op)
 		default:
 			ki.wildcards++
@@ -370,7 +373,8 @@ func (e *explainer) blindJumps(in checkers.Input, illegal []string) []Anomaly {
 	var out []Anomaly
 	for _, op := range blind {
 		ki := keys[op.Invoke.Key]
-		v := seen[op.Invoke.ID]
+		by := seenBy.get(op.Invoke.ID)
+		v := *by.Complete.Read
 		reachable := false
 		for u := range ki.values {
 			if u <= v.Value-1 && v.Value-1 <= u+ki.wildcards {
@@ -381,7 +385,6 @@ func (e *explainer) blindJumps(in checkers.Input, illegal []string) []Anomaly {
 		if reachable {
 			continue
 		}
-		by := seenBy[op.Invoke.ID]
 		who := "Client " + op.Invoke.Client
 		if op.Invoke.Client == "" {
 			who = fmt.Sprintf("Operation %d", op.Invoke.ID)
@@ -456,13 +459,65 @@ type explainer struct {
 	byKey  map[string]*keyHist
 	// verified counts the windows checked so far.
 	verified int
-	// writer maps a tag to the write that wrote it.
-	writer map[int64]*Op
+	// writer maps a tag to the write that wrote it, for the key being
+	// explained.
+	writer *tagTable[*Op]
+	// ops are the history's operations; observed marks the tags a read
+	// saw.
+	ops      []history.Op
+	observed *tagTable[bool]
+}
+
+// tagTable maps write tags to values, the zero value meaning absent. A
+// run's tags are its operation ids, numbered from 1, so a slice indexes
+// them (a map on a million operations costs seconds); tags outside it go to
+// a map.
+type tagTable[V comparable] struct {
+	dense  []V
+	sparse map[int64]V
+}
+
+// newTagTable sizes a table for tags up to hi among n operations.
+func newTagTable[V comparable](n int, hi int64) *tagTable[V] {
+	t := &tagTable[V]{}
+	if hi >= 0 && hi <= int64(4*n+1024) {
+		t.dense = make([]V, hi+1)
+	}
+	return t
+}
+
+// opsTagTable sizes a table for the ids of ops.
+func opsTagTable[V comparable](ops []history.Op) *tagTable[V] {
+	var hi int64
+	for i := range ops {
+		hi = max(hi, ops[i].Invoke.ID)
+	}
+	return newTagTable[V](len(ops), hi)
+}
+
+func (t *tagTable[V]) get(tag int64) V {
+	if tag >= 0 && tag < int64(len(t.dense)) {
+		return t.dense[tag]
+	}
+	return t.sparse[tag]
+}
+
+func (t *tagTable[V]) set(tag int64, v V) {
+	if tag >= 0 && tag < int64(len(t.dense)) {
+		t.dense[tag] = v
+		return
+	}
+	if t.sparse == nil {
+		t.sparse = map[int64]V{}
+	}
+	t.sparse[tag] = v
 }
 
 // keyHist is one key's operations.
 type keyHist struct {
 	key string
+	// ops are the key's operations (indexes into the explainer's ops).
+	ops []int32
 	// rootSucc lists the writes that read the initial state.
 	rootSucc *Op
 	// model are the operations the checker judges, in invocation order.
@@ -473,25 +528,44 @@ type keyHist struct {
 	finals []*Op
 }
 
+// index groups the operations by key; a key's Ops are built only while it
+// is explained (see build), so the index costs a few bytes per operation
+// rather than an Op each.
 func (e *explainer) index(in checkers.Input) {
-	observed := make(map[int64]bool, len(in.Ops))
+	e.ops = in.Ops
+	e.observed = opsTagTable[bool](in.Ops)
 	for _, op := range in.Ops {
 		if c := op.Complete; c != nil && c.Read != nil {
-			observed[c.Read.Tag] = true
+			e.observed.set(c.Read.Tag, true)
 		}
 	}
 	e.byKey = map[string]*keyHist{}
-	e.writer = make(map[int64]*Op, len(in.Ops))
-	all := make([]Op, len(in.Ops))
+	e.writer = opsTagTable[*Op](in.Ops)
+	var last *keyHist
 	for i := range in.Ops {
-		o := &all[i]
-		*o = newOp(&in.Ops[i])
-		k := e.byKey[o.Key]
-		if k == nil {
-			k = &keyHist{key: o.Key}
-			e.byKey[o.Key] = k
-			e.keys = append(e.keys, o.Key)
+		key := in.Ops[i].Invoke.Key
+		k := last
+		if k == nil || k.key != key {
+			k = e.byKey[key]
 		}
+		if k == nil {
+			k = &keyHist{key: key}
+			e.byKey[key] = k
+			e.keys = append(e.keys, key)
+		}
+		k.ops = append(k.ops, int32(i))
+		last = k
+	}
+	sort.Strings(e.keys)
+}
+
+// build makes k's Ops: its model, writes and final reads, the writer of
+// each tag it wrote, and the successor lists.
+func (e *explainer) build(k *keyHist) {
+	all := make([]Op, len(k.ops))
+	for j, i := range k.ops {
+		o := &all[j]
+		*o = newOp(&e.ops[i])
 		switch {
 		case o.F == history.FRead:
 			if o.Outcome == history.OK && o.Read != nil {
@@ -500,32 +574,39 @@ func (e *explainer) index(in checkers.Input) {
 			}
 		case o.F != history.FCriticalSection:
 		case o.Outcome == history.OK && o.Read != nil && o.Write != nil,
-			o.Outcome == history.Info && observed[o.ID] && o.Write != nil,
+			o.Outcome == history.Info && e.observed.get(o.ID) && o.Write != nil,
 			// A blind write: it took effect, but what it read is unknown.
-			o.Outcome == history.Info && observed[o.ID]:
+			o.Outcome == history.Info && e.observed.get(o.ID):
 			k.model = append(k.model, o)
 			k.writes = append(k.writes, o)
-			e.writer[o.writeTag()] = o
+			e.writer.set(o.writeTag(), o)
 		case o.Outcome == history.Fail && o.Read != nil:
 			k.model = append(k.model, o)
 		}
 	}
-	sort.Strings(e.keys)
-	for _, k := range e.byKey {
-		sort.SliceStable(k.finals, func(i, j int) bool { return k.finals[i].Complete < k.finals[j].Complete })
-		// Successor lists, each in order of the writes' landing.
-		for i := len(k.writes) - 1; i >= 0; i-- {
-			w := k.writes[i]
-			if w.Read == nil {
-				continue
-			}
-			if p := e.writer[w.Read.Tag]; p != nil && p.Key == k.key {
-				w.sibling, p.succ = p.succ, w
-			} else if w.Read.Tag == 0 {
-				w.sibling, k.rootSucc = k.rootSucc, w
-			}
+	sort.SliceStable(k.finals, func(i, j int) bool { return k.finals[i].Complete < k.finals[j].Complete })
+	// Successor lists, each in order of the writes' landing.
+	for i := len(k.writes) - 1; i >= 0; i-- {
+		w := k.writes[i]
+		if w.Read == nil {
+			continue
+		}
+		if p := e.writer.get(w.Read.Tag); p != nil && p.Key == k.key {
+			w.sibling, p.succ = p.succ, w
+		} else if w.Read.Tag == 0 {
+			w.sibling, k.rootSucc = k.rootSucc, w
 		}
 	}
+}
+
+// release drops k's Ops (the anomalies hold copies) once it is explained.
+func (e *explainer) release(k *keyHist) {
+	for _, w := range k.writes {
+		if e.writer.get(w.writeTag()) == w {
+			e.writer.set(w.writeTag(), nil)
+		}
+	}
+	k.model, k.writes, k.finals, k.rootSucc = nil, nil, nil, nil
 }
 
 // chain is the sequence of writes that survived on a key: from the state
@@ -541,15 +622,15 @@ func (c *chain) hasTag(e *explainer, tag int64) bool {
 	if tag == 0 {
 		return c.rootKnown
 	}
-	w := e.writer[tag]
+	w := e.writer.get(tag)
 	return w != nil && w.chainPos >= 0
 }
 
 // next is the chain write that read tag, nil when tag is the tip.
 func (c *chain) next(e *explainer, tag int64) *Op {
 	i := -1
-	if tag != 0 {
-		i = e.writer[tag].chainPos
+	if w := e.writer.get(tag); tag != 0 && w != nil {
+		i = w.chainPos
 	}
 	if i+1 < len(c.ops) {
 		return c.ops[i+1]
@@ -559,7 +640,7 @@ func (c *chain) next(e *explainer, tag int64) *Op {
 
 // writerOf is the write of k that wrote tag, or nil.
 func (e *explainer) writerOf(k *keyHist, tag int64) *Op {
-	if w := e.writer[tag]; w != nil && w.Key == k.key {
+	if w := e.writer.get(tag); w != nil && w.Key == k.key {
 		return w
 	}
 	return nil

@@ -252,6 +252,9 @@ func TestExplainWindowsOfLegalHistoriesAreLegal(t *testing.T) {
 	}
 	e := &explainer{ctx: context.Background(), opts: ExplainOptions{CheckTimeout: 5 * time.Second}}
 	e.index(in)
+	for _, k := range e.byKey {
+		e.build(k)
+	}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 200 {
 		k := e.byKey[e.keys[i%len(e.keys)]]

@@ -107,7 +107,7 @@ func renderReport(w io.Writer, root *os.Root) error {
 	case !noHistory:
 		return fmt.Errorf("report of %s: %w", root.Name(), err)
 	}
-	return renderRun(w, root, run, events, noHistory)
+	return renderRun(w, root, run, checkers.NewInput(events), noHistory)
 }
 
 // WriteRun renders the report of run and its history's events to
@@ -115,20 +115,25 @@ func renderReport(w io.Writer, root *os.Root) error {
 // beside the history it checked (results.json, if any, is left as the run
 // wrote it).
 func WriteRun(dir string, run *Run, events []history.Event) error {
+	return WriteRunInput(dir, run, checkers.NewInput(events))
+}
+
+// WriteRunInput is [WriteRun] for a history already paired.
+func WriteRunInput(dir string, run *Run, in checkers.Input) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
 	defer root.Close()
 	var buf bytes.Buffer
-	if err := renderRun(&buf, root, run, events, false); err != nil {
+	if err := renderRun(&buf, root, run, in, false); err != nil {
 		return err
 	}
 	return replaceReport(root, buf.Bytes())
 }
 
-func renderRun(w io.Writer, root *os.Root, run *Run, events []history.Event, noHistory bool) error {
-	page := buildPage(root, run, checkers.NewInput(events), noHistory)
+func renderRun(w io.Writer, root *os.Root, run *Run, in checkers.Input, noHistory bool) error {
+	page := buildPage(root, run, in, noHistory)
 	if err := templates.ExecuteTemplate(w, "report", page); err != nil {
 		return fmt.Errorf("render report of %s: %w", root.Name(), err)
 	}
@@ -232,7 +237,12 @@ func buildPage(root *os.Root, run *Run, in checkers.Input, noHistory bool) *repo
 	if d := run.Checkers.Linearizable(); d != nil {
 		illegal = d.IllegalKeys
 	}
-	anomalies := explainInput(context.Background(), in, ExplainOptions{LeaseTTL: run.Config.LeaseTTL, IllegalKeys: illegal, Origin: run.TestStart})
+	var anomalies []Anomaly
+	if run.Valid != checkers.Valid {
+		// A valid history has nothing to explain (see Explain), as in
+		// WriteVerdict: the explainer's index is not built for it.
+		anomalies = explainInput(context.Background(), in, ExplainOptions{LeaseTTL: run.Config.LeaseTTL, IllegalKeys: illegal, Origin: run.TestStart})
+	}
 	p.Headline = headline(run, anomalies, "below")
 	p.Lines = verdictLines(run, tf)
 	p.Facts = facts(run, len(faults))

@@ -104,7 +104,13 @@ func aspectVerdict(run *Run, aspect string) checkers.Verdict {
 // anomaly explained (the same explanations as the report's). events are the
 // run's history.
 func WriteVerdict(w io.Writer, run *Run, events []history.Event) error {
-	in := checkers.NewInput(events)
+	return WriteVerdictInput(w, run, checkers.NewInput(events))
+}
+
+// WriteVerdictInput is [WriteVerdict] for a history already paired (the
+// Input the run was judged on, whose derived data is then not computed
+// again).
+func WriteVerdictInput(w io.Writer, run *Run, in checkers.Input) error {
 	tf := newTimeFmt(in.End, run.TestStart)
 	var illegal []string
 	if d := run.Checkers.Linearizable(); d != nil {

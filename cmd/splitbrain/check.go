@@ -36,7 +36,7 @@ func newCheckCmd(_ *globalFlags) *cobra.Command {
 			if err := planCheckMemory(harness.HistoryPath(args[0]), memory); err != nil {
 				return err
 			}
-			res, events, err := harness.Recheck(cmd.Context(), args[0], timeout)
+			res, rc, err := harness.RecheckInput(cmd.Context(), args[0], timeout)
 			if err != nil {
 				return err
 			}
@@ -50,11 +50,11 @@ func newCheckCmd(_ *globalFlags) *cobra.Command {
 				if err := enc.Encode(res); err != nil {
 					return err
 				}
-			} else if err := report.WriteVerdict(cmd.OutOrStdout(), res, events); err != nil {
+			} else if err := report.WriteVerdictInput(cmd.OutOrStdout(), res, rc.Input); err != nil {
 				return err
 			}
 			if !noReport {
-				if err := report.WriteRun(dir, res, events); err != nil {
+				if err := report.WriteRunInput(dir, res, rc.Input); err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "splitbrain: report.html not written: %v\n", err)
 				} else if !asJSON {
 					fmt.Fprintf(cmd.OutOrStdout(), "report: %s\n", filepath.Join(dir, report.ReportFile))
