@@ -91,26 +91,88 @@ type FenceOrderDetails struct {
 
 // Grants extracts every grant with a token, by key, in invocation order.
 func Grants(in Input) map[string][]Grant {
-	out := map[string][]Grant{}
+	keys, byKey := grantRefs(in)
+	out := make(map[string][]Grant, len(keys))
+	for k, key := range keys {
+		gs := make([]Grant, len(byKey[k]))
+		for i, r := range byKey[k] {
+			gs[i] = r.grant(in)
+		}
+		out[key] = gs
+	}
+	return out
+}
+
+// grantRef is a grant without its strings (the operation's index stands
+// for them), so that a million grants are copied and sorted as plain
+// numbers.
+type grantRef struct {
+	token  uint64
+	invoke int64
+	known  int64
+	op     int32
+}
+
+// grant is r with its strings.
+func (r grantRef) grant(in Input) Grant {
+	inv := in.Ops[r.op].Invoke
+	return Grant{ID: inv.ID, Client: grantClient(inv), Key: inv.Key, Token: r.token, Invoke: r.invoke, Known: r.known}
+}
+
+// grantClient names the client of a grant: its node, or its process.
+func grantClient(inv *history.Event) string {
+	if inv.Client == "" {
+		return "process " + strconv.Itoa(inv.Process)
+	}
+	return inv.Client
+}
+
+// grantRefs returns the keys with a grant (in order of first grant) and
+// each key's grants, in invocation order (the order of in.Ops).
+func grantRefs(in Input) ([]string, [][]grantRef) {
+	isGrant := func(op *history.Op) bool {
+		return op.Invoke.F == history.FCriticalSection && op.Complete != nil && op.Complete.Token != 0
+	}
+	var (
+		keys  []string
+		count []int
+		index = map[string]int{}
+	)
 	for i := range in.Ops {
 		op := &in.Ops[i]
-		c := op.Complete
-		if op.Invoke.F != history.FCriticalSection || c == nil || c.Token == 0 {
+		if !isGrant(op) {
 			continue
 		}
+		k, ok := index[op.Invoke.Key]
+		if !ok {
+			k = len(keys)
+			index[op.Invoke.Key] = k
+			keys = append(keys, op.Invoke.Key)
+			count = append(count, 0)
+		}
+		count[k]++
+	}
+	byKey := make([][]grantRef, len(keys))
+	for k := range byKey {
+		byKey[k] = make([]grantRef, 0, count[k])
+	}
+	last := -1 // the key of the previous grant: runs of one key skip the map
+	for i := range in.Ops {
+		op := &in.Ops[i]
+		if !isGrant(op) {
+			continue
+		}
+		if last < 0 || keys[last] != op.Invoke.Key {
+			last = index[op.Invoke.Key]
+		}
+		c := op.Complete
 		known := c.Acquired
 		if known == 0 {
 			known = c.Time
 		}
-		client := op.Invoke.Client
-		if client == "" {
-			client = "process " + strconv.Itoa(op.Invoke.Process)
-		}
-		out[op.Invoke.Key] = append(out[op.Invoke.Key], Grant{
-			ID: op.Invoke.ID, Client: client, Key: op.Invoke.Key, Token: c.Token, Invoke: op.Invoke.Time, Known: known,
-		})
+		byKey[last] = append(byKey[last], grantRef{token: c.Token, invoke: op.Invoke.Time, known: known, op: int32(i)})
 	}
-	return out
+	return keys, byKey
 }
 
 // TokenViolations returns every grant whose token is not above the token
@@ -132,59 +194,83 @@ func tokenViolations(in Input) ([]TokenViolation, int) {
 	return m.violations, m.grants
 }
 
+// byInvoke and byKnown order grants by a time, keeping the order of equal
+// times (the operations' order breaks ties: a stable sort's answer without
+// its cost).
+func byInvoke(a, b grantRef) int {
+	return cmp.Or(cmp.Compare(a.invoke, b.invoke), cmp.Compare(a.op, b.op))
+}
+func byKnown(a, b grantRef) int {
+	return cmp.Or(cmp.Compare(a.known, b.known), cmp.Compare(a.op, b.op))
+}
+
+// sortRefs sorts rs by less unless they already are.
+func sortRefs(rs []grantRef, less func(a, b grantRef) int) {
+	if !slices.IsSortedFunc(rs, less) {
+		slices.SortFunc(rs, less)
+	}
+}
+
 func computeTokenViolations(in Input) ([]TokenViolation, int) {
 	var out []TokenViolation
 	grants := 0
-	flagged := map[int64]bool{}
-	for key, gs := range Grants(in) {
+	flagged := map[int32]bool{}
+	keys, byKey := grantRefs(in)
+	violation := func(key string, g, earlier grantRef) {
+		out = append(out, TokenViolation{Key: key, Grant: g.grant(in), Earlier: earlier.grant(in)})
+		flagged[g.op] = true
+	}
+	sameClient := func(a, b grantRef) bool {
+		return grantClient(in.Ops[a.op].Invoke) == grantClient(in.Ops[b.op].Invoke)
+	}
+	for k, gs := range byKey {
+		key := keys[k]
 		grants += len(gs)
-		byKnown := slices.Clone(gs)
-		slices.SortStableFunc(byKnown, func(a, b Grant) int { return cmp.Compare(a.Known, b.Known) })
-		slices.SortStableFunc(gs, func(a, b Grant) int { return cmp.Compare(a.Invoke, b.Invoke) })
+		known := slices.Clone(gs)
+		sortRefs(known, byKnown)
+		sortRefs(gs, byInvoke)
 		var (
-			best *Grant // the highest token among the grants known so far
+			best *grantRef // the highest token among the grants known so far
 			j    int
 		)
 		for _, g := range gs {
-			for ; j < len(byKnown) && byKnown[j].Known < g.Invoke; j++ {
-				if best == nil || byKnown[j].Token > best.Token {
-					best = &byKnown[j]
+			for ; j < len(known) && known[j].known < g.invoke; j++ {
+				if best == nil || known[j].token > best.token {
+					best = &known[j]
 				}
 			}
-			if best == nil || best.ID == g.ID {
+			if best == nil || best.op == g.op {
 				continue
 			}
-			if g.Token < best.Token || (g.Token == best.Token && g.Client != best.Client) {
-				out = append(out, TokenViolation{Key: key, Grant: g, Earlier: *best})
-				flagged[g.ID] = true
+			if g.token < best.token || (g.token == best.token && !sameClient(g, *best)) {
+				violation(key, g, *best)
 			}
 		}
 		// Two grants to different clients never share a token, whatever
 		// their order: whichever came first, the other's must be greater.
 		// Group by token (sorting positions in known order, so that each
 		// group starts with its first grant), then report in known order.
-		pos := make([]int32, len(byKnown))
+		pos := make([]int32, len(known))
 		for i := range pos {
 			pos[i] = int32(i)
 		}
-		slices.SortStableFunc(pos, func(a, b int32) int { return cmp.Compare(byKnown[a].Token, byKnown[b].Token) })
+		slices.SortFunc(pos, func(a, b int32) int {
+			return cmp.Or(cmp.Compare(known[a].token, known[b].token), cmp.Compare(a, b))
+		})
 		var shared []int32
 		for i := 1; i < len(pos); i++ {
-			g := &byKnown[pos[i]]
-			if g.Token != byKnown[pos[i-1]].Token {
-				continue
+			if known[pos[i]].token == known[pos[i-1]].token {
+				shared = append(shared, pos[i])
 			}
-			shared = append(shared, pos[i])
 		}
 		slices.Sort(shared)
 		for _, p := range shared {
-			g := &byKnown[p]
+			g := known[p]
 			// The group's first: the lowest position with this token.
-			j, _ := slices.BinarySearchFunc(pos, g.Token, func(q int32, t uint64) int { return cmp.Compare(byKnown[q].Token, t) })
-			f := &byKnown[pos[j]]
-			if f.Client != g.Client && !flagged[g.ID] {
-				out = append(out, TokenViolation{Key: key, Grant: *g, Earlier: *f})
-				flagged[g.ID] = true
+			j, _ := slices.BinarySearchFunc(pos, g.token, func(q int32, t uint64) int { return cmp.Compare(known[q].token, t) })
+			f := known[pos[j]]
+			if !sameClient(f, g) && !flagged[g.op] {
+				violation(key, g, f)
 			}
 		}
 	}

@@ -70,6 +70,7 @@ func ReadFrom(r io.Reader, size int64) ([]Event, ReadReport, error) {
 				est = int(float64(size)/float64(end)*float64(lines)*1.02) + 16
 			}
 			st.events = make([]Event, 0, est)
+			adviseHuge(st.events)
 			st.lineNo = make([]int, 0, est)
 		}
 		if err := st.block(buf[:end], eof); err != nil {
@@ -233,10 +234,12 @@ func (p *eventParser) reserve(n int) {
 	}
 }
 
-// parse decodes line into e; false means the line needs encoding/json.
+// parse decodes line into e, which must be zero (the events slice's new
+// slots are: zeroing them again costs a write barrier per pointer while the
+// collector runs); false means the line needs encoding/json, which zeroes e
+// first.
 func (p *eventParser) parse(line []byte, e *Event) bool {
 	p.b, p.i = line, 0
-	*e = Event{}
 	p.ws()
 	if !p.eat('{') {
 		return false
