@@ -504,16 +504,18 @@ func (r *run) cleanup() {
 	r.cleaned = true
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// Faults held in this process (proxies) go on every path, checked
+	// gone, while the clients still run: the capture rules in their
+	// containers are removed with commands run there, which fail once a
+	// closed client's container has stopped.
+	if err := nemesis.Close(ctx, r.nems); err != nil {
+		r.errs = append(r.errs, "cleanup: "+err.Error())
+		r.log.Error("cleanup", "err", err)
+	}
 	for _, c := range r.clients {
 		if c != nil {
 			_ = c.Close()
 		}
-	}
-	// Faults held in this process (proxies) go on every path, checked
-	// gone.
-	if err := nemesis.Close(ctx, r.nems); err != nil {
-		r.errs = append(r.errs, "cleanup: "+err.Error())
-		r.log.Error("cleanup", "err", err)
 	}
 	if r.rt != nil {
 		r.healAll(ctx)

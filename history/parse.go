@@ -23,6 +23,7 @@ import (
 func Parse(data []byte) ([]Event, ReadReport, error) {
 	var st parseState
 	st.events = make([]Event, 0, bytes.Count(data, []byte{'\n'})+1)
+	adviseHuge(st.events)
 	if err := st.block(data, true); err != nil {
 		return st.events, st.rep, err
 	}
