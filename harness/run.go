@@ -504,6 +504,9 @@ func (r *run) cleanup() {
 	r.cleaned = true
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	// Every node runs again first: the clean-ups below run commands in
+	// the nodes.
+	r.healAll(ctx)
 	// Faults held in this process (proxies) go on every path, checked
 	// gone, while the clients still run: the capture rules in their
 	// containers are removed with commands run there, which fail once a
@@ -518,7 +521,6 @@ func (r *run) cleanup() {
 		}
 	}
 	if r.rt != nil {
-		r.healAll(ctx)
 		for _, n := range r.rt.Nodes() {
 			if err := writeLog(ctx, n, filepath.Join(r.dir, "logs", n.Name()+".log")); err != nil {
 				r.log.Warn("collect log", "node", n.Name(), "err", err)
