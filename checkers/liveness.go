@@ -1,7 +1,9 @@
 package checkers
 
 import (
+	"cmp"
 	"context"
+	"slices"
 	"sort"
 	"time"
 
@@ -69,7 +71,10 @@ func (Liveness) Check(_ context.Context, in Input) Result {
 	}
 	d := &LivenessDetails{PerKey: map[string]Stall{}}
 	for key, ps := range byKey {
-		sort.Slice(ps, func(i, j int) bool { return ps[i].t < ps[j].t })
+		byTime := func(a, b point) int { return cmp.Compare(a.t, b.t) }
+		if !slices.IsSortedFunc(ps, byTime) {
+			slices.SortStableFunc(ps, byTime)
+		}
 		best := Stall{Key: key}
 		last, attempts := start, 0
 		for _, p := range ps {

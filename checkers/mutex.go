@@ -223,7 +223,14 @@ func (Fencing) Check(_ context.Context, in Input) Result {
 // holdsByKey lists each key's holds as positions in all (so in start
 // order), without copying the holds.
 func holdsByKey(all []Hold) map[string][]int32 {
-	byKey := map[string][]int32{}
+	count := map[string]int{}
+	for i := range all {
+		count[all[i].Key]++
+	}
+	byKey := make(map[string][]int32, len(count))
+	for k, n := range count {
+		byKey[k] = make([]int32, 0, n)
+	}
 	for i := range all {
 		byKey[all[i].Key] = append(byKey[all[i].Key], int32(i))
 	}
