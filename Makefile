@@ -2,10 +2,15 @@
 # `make images` builds every image (the control image of docker-compose.yml too).
 GO ?= go
 
-.PHONY: deps demo test images
+.PHONY: deps run-deps demo test images
 
+# What the tests need; a run (demo, images) needs less: no browser, no
+# Python packages, no host Redis.
 deps:
 	./.ci/deps
+
+run-deps:
+	./.ci/deps run
 
 # The default test: Redis, unfenced counter, pauses, 30 s. It is expected to
 # come out invalid (exit 1): an expiring lock alone lets a paused holder
@@ -15,7 +20,7 @@ deps:
 # not two); the images are only those the run needs.
 SPLITBRAIN_STATIC = CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags='-s -w'
 
-demo: deps
+demo: run-deps
 	@./.ci/stage "Go modules" $(GO) list -deps ./cmd/splitbrain
 	@./.ci/stage "static build" env $(SPLITBRAIN_STATIC) -o bin/splitbrain ./cmd/splitbrain
 	@./.ci/stage "images (store, client, redis)" ./bin/splitbrain images build --roles store,client,redis
@@ -24,7 +29,7 @@ demo: deps
 	if [ $$code = 1 ]; then echo "demo: invalid (exit 1), as expected for an unfenced lock; see results/latest/"; exit 0; fi; \
 	exit $$code
 
-images: deps
+images: run-deps
 	$(GO) run ./cmd/splitbrain images build
 
 test: deps
