@@ -138,6 +138,8 @@ func Metrics(in checkers.Input) RunMetrics {
 		first      int64 = -1
 		last, n    int64
 	)
+	wait = make([]time.Duration, 0, len(in.Ops))
+	hold = make([]time.Duration, 0, len(in.Ops))
 	for _, op := range in.Ops {
 		c := op.Complete
 		if op.Invoke.F != history.FCriticalSection || c == nil {

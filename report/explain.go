@@ -205,6 +205,9 @@ type ExplainOptions struct {
 	// Origin is the time the text counts from (a run's test start,
 	// results.json test_start_ns); zero counts from the history's zero.
 	Origin int64
+	// Summary is the summary checker's details of the same history, when
+	// the caller has them (nil: the explainer runs that checker itself).
+	Summary *checkers.SummaryDetails
 }
 
 // Explain finds the anomalies of a counter history and explains each in
@@ -412,8 +415,11 @@ func fenceCostWords(c checkers.FenceCost) string {
 // impossible explains the values read that no sequence of increments
 // gives.
 func (e *explainer) impossible(in checkers.Input) []Anomaly {
-	r := checkers.Summary{}.Check(e.ctx, in)
-	d, _ := r.Details.(*checkers.SummaryDetails)
+	d := e.opts.Summary
+	if d == nil {
+		r := checkers.Summary{}.Check(e.ctx, in)
+		d, _ = r.Details.(*checkers.SummaryDetails)
+	}
 	if d == nil {
 		return nil
 	}

@@ -241,7 +241,7 @@ func buildPage(root *os.Root, run *Run, in checkers.Input, noHistory bool) *repo
 	if run.Valid != checkers.Valid {
 		// A valid history has nothing to explain (see Explain), as in
 		// WriteVerdict: the explainer's index is not built for it.
-		anomalies = explainInput(context.Background(), in, ExplainOptions{LeaseTTL: run.Config.LeaseTTL, IllegalKeys: illegal, Origin: run.TestStart})
+		anomalies = explainInput(context.Background(), in, ExplainOptions{LeaseTTL: run.Config.LeaseTTL, IllegalKeys: illegal, Origin: run.TestStart, Summary: run.Checkers.Summary()})
 	}
 	p.Headline = headline(run, anomalies, "below")
 	p.Lines = verdictLines(run, tf)

@@ -121,7 +121,7 @@ func WriteVerdictInput(w io.Writer, run *Run, in checkers.Input) error {
 		// A valid history has nothing to explain (see Explain); skipping
 		// the explainer's index keeps a large history's check within its
 		// memory.
-		anomalies = explainInput(context.Background(), in, ExplainOptions{LeaseTTL: run.Config.LeaseTTL, IllegalKeys: illegal, Origin: run.TestStart, Verify: 1})
+		anomalies = explainInput(context.Background(), in, ExplainOptions{LeaseTTL: run.Config.LeaseTTL, IllegalKeys: illegal, Origin: run.TestStart, Verify: 1, Summary: run.Checkers.Summary()})
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "verdict: %s — %s\n", run.Valid, strings.TrimPrefix(headline(run, anomalies, "in report.html"), "Unknown — "))
