@@ -78,7 +78,16 @@ func BenchmarkCriticalSectionProcess(b *testing.B) {
 	if err := cmd.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer func() {
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-exited
+		}
+	}()
 	ctx := context.Background()
 	conn, err := runtime.DialConsole(ctx, sock, 10*time.Second)
 	if err != nil {
@@ -120,7 +129,7 @@ func BenchmarkCriticalSectionProcess(b *testing.B) {
 	b.ReportMetric(per(child2.cpuNS-child.cpuNS)/1e3, "agent-cpu-µs/op")
 	b.ReportMetric(per(self2.switches-self.switches), "harness-cs/op")
 	b.ReportMetric(per(child2.switches-child.switches), "agent-cs/op")
-	_ = c.Close()
+	_ = c.Close() // the agent ends, writing its profile if asked
 }
 
 // use is a process's CPU time on all its threads and its context
