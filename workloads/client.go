@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync"
 	"time"
 
@@ -59,19 +60,26 @@ func (c *Client) ClientInfo() *targets.ClientInfo {
 }
 
 // conn is one life of the agent: its stdin and the responses read from its
-// stdout.
+// stdout. When stdout takes read deadlines (a console socket), the goroutine
+// waiting for a response reads it (lines); otherwise a goroutine reads
+// ahead and hands the responses over (resps).
 type conn struct {
 	stdin  io.WriteCloser
+	lines  *lineReader
 	resps  chan agent.Response
 	encErr error
 }
 
 func newConn(stdin io.WriteCloser, stdout io.Reader) *conn {
-	cn := &conn{stdin: stdin, resps: make(chan agent.Response, 64)}
+	cn := &conn{stdin: stdin}
+	if cn.lines = newLineReader(stdout); cn.lines != nil {
+		return cn
+	}
+	cn.resps = make(chan agent.Response, 64)
 	go func() {
 		defer close(cn.resps)
 		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		sc.Buffer(make([]byte, 64<<10), maxLine)
 		for sc.Scan() {
 			var r agent.Response
 			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
@@ -140,8 +148,37 @@ func (c *Client) send(r agent.Request) error {
 	return nil
 }
 
-func (c *Client) recv(ctx context.Context) (agent.Response, error) {
+// recv returns the agent's next response, waiting until deadline (zero:
+// none) or ctx is done.
+func (c *Client) recv(ctx context.Context, deadline time.Time) (agent.Response, error) {
 	cn := c.current()
+	if cn.lines != nil {
+		for {
+			line, err := cn.lines.next(ctx, deadline)
+			switch {
+			case err == nil:
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				return agent.Response{}, fmt.Errorf("%s: %w: %w", c.Name, ErrTimeout, context.DeadlineExceeded)
+			case ctx.Err() != nil:
+				return agent.Response{}, fmt.Errorf("%s: %w: %w", c.Name, ErrTimeout, ctx.Err())
+			case errors.Is(err, io.EOF):
+				return agent.Response{}, fmt.Errorf("%s: %w", c.Name, ErrCrashed)
+			default:
+				return agent.Response{}, fmt.Errorf("%s: %w: %w", c.Name, ErrCrashed, err)
+			}
+			var r agent.Response
+			if json.Unmarshal(line, &r) == nil {
+				return r, nil
+			}
+			// not protocol output
+		}
+	}
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		expired = t.C
+	}
 	select {
 	case r, ok := <-cn.resps:
 		if !ok {
@@ -150,6 +187,8 @@ func (c *Client) recv(ctx context.Context) (agent.Response, error) {
 		return r, nil
 	case <-ctx.Done():
 		return agent.Response{}, fmt.Errorf("%s: %w: %w", c.Name, ErrTimeout, ctx.Err())
+	case <-expired:
+		return agent.Response{}, fmt.Errorf("%s: %w: %w", c.Name, ErrTimeout, context.DeadlineExceeded)
 	}
 }
 
@@ -159,7 +198,7 @@ func (c *Client) Configure(ctx context.Context, cfg agent.Config) error {
 		return err
 	}
 	for {
-		r, err := c.recv(ctx)
+		r, err := c.recv(ctx, time.Time{})
 		if err != nil {
 			return fmt.Errorf("configure %s: %w", c.Name, err)
 		}
@@ -185,7 +224,7 @@ func (c *Client) Sync(ctx context.Context) error {
 			return err
 		}
 		for {
-			r, err := c.recv(ctx)
+			r, err := c.recv(ctx, time.Time{})
 			if err != nil {
 				return fmt.Errorf("sync %s: %w", c.Name, err)
 			}
@@ -220,16 +259,15 @@ func (c *Client) Skew() time.Duration { return c.skew }
 // returns its result. When timeout passes first it returns ErrTimeout; the
 // operation may still be running, and the next Do first waits for it.
 func (c *Client) Do(ctx context.Context, op agent.OpRequest, timeout time.Duration, onEvent func(agent.Response)) (agent.Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	if err := c.drain(ctx); err != nil {
+	deadline := time.Now().Add(timeout)
+	if err := c.drain(ctx, deadline); err != nil {
 		return agent.Result{}, err
 	}
 	if err := c.send(agent.Request{Type: agent.ReqOp, Op: &op}); err != nil {
 		return agent.Result{}, err
 	}
 	for {
-		r, err := c.recv(ctx)
+		r, err := c.recv(ctx, deadline)
 		if err != nil {
 			if errors.Is(err, ErrTimeout) {
 				c.mu.Lock()
@@ -257,8 +295,9 @@ func (c *Client) Do(ctx context.Context, op agent.OpRequest, timeout time.Durati
 	}
 }
 
-// drain waits for an operation abandoned by a timeout to finish.
-func (c *Client) drain(ctx context.Context) error {
+// drain waits until deadline for an operation abandoned by a timeout to
+// finish.
+func (c *Client) drain(ctx context.Context, deadline time.Time) error {
 	for {
 		c.mu.Lock()
 		pending := c.pending
@@ -266,7 +305,7 @@ func (c *Client) drain(ctx context.Context) error {
 		if pending == 0 {
 			return nil
 		}
-		r, err := c.recv(ctx)
+		r, err := c.recv(ctx, deadline)
 		if err != nil {
 			return err
 		}

@@ -16,7 +16,7 @@ import (
 // service and store (work 0): the control channel's own cost per
 // operation, without containers (bench record measures the real thing).
 func BenchmarkCriticalSection(b *testing.B) {
-	c := pair(b, inmem.NewService(inmem.Options{}), nil, store.NewMem(nil))
+	c := pair(b, transportPipe, inmem.NewService(inmem.Options{}), nil, store.NewMem(nil))
 	events := 0
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {

@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"os"
+	goruntime "runtime"
 
 	"github.com/spf13/cobra"
 
@@ -21,6 +22,14 @@ func newAgentCmd(g *globalFlags) *cobra.Command {
 			log, err := g.logger(os.Stderr)
 			if err != nil {
 				return err
+			}
+			// The agent runs one operation at a time: on one P its
+			// goroutines hand over to each other without waking a second
+			// thread, which on a busy machine costs more than the work
+			// itself (docs/performance.md, "Recording overhead"). An
+			// explicit GOMAXPROCS in the environment wins.
+			if os.Getenv("GOMAXPROCS") == "" {
+				goruntime.GOMAXPROCS(1)
 			}
 			deps := agent.Deps{Lockers: targets.Lockers(), Log: log.With("component", "agent")}
 			return runtime.ServeConsole(cmd.Context(), func(in io.Reader, out io.Writer) error {
