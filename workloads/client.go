@@ -173,12 +173,8 @@ func (c *Client) recv(ctx context.Context, deadline time.Time) (agent.Response, 
 			// not protocol output
 		}
 	}
-	var expired <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		expired = t.C
-	}
+	expired, stop := expiry(deadline)
+	defer stop()
 	select {
 	case r, ok := <-cn.resps:
 		if !ok {

@@ -159,12 +159,8 @@ func (l *lineReader) setDeadline(deadline time.Time) error {
 // waitTurn takes the one-slot lock turn, waiting until deadline (zero:
 // none) or ctx is done.
 func waitTurn(ctx context.Context, turn chan struct{}, deadline time.Time) error {
-	var expired <-chan time.Time
-	if !deadline.IsZero() {
-		t := time.NewTimer(time.Until(deadline))
-		defer t.Stop()
-		expired = t.C
-	}
+	expired, stop := expiry(deadline)
+	defer stop()
 	select {
 	case turn <- struct{}{}:
 		return nil
@@ -173,4 +169,14 @@ func waitTurn(ctx context.Context, turn chan struct{}, deadline time.Time) error
 	case <-expired:
 		return os.ErrDeadlineExceeded
 	}
+}
+
+// expiry returns a channel that receives when deadline passes (nil, never,
+// for a zero deadline) and the function that stops its timer.
+func expiry(deadline time.Time) (<-chan time.Time, func()) {
+	if deadline.IsZero() {
+		return nil, func() {}
+	}
+	t := time.NewTimer(time.Until(deadline))
+	return t.C, func() { t.Stop() }
 }
