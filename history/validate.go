@@ -299,8 +299,16 @@ func checkSequence(events []Event, lineNo []int) error {
 		invoke, complete int32 // event indexes; complete -1 while in flight
 	}
 	states := make([]opState, 0, len(events)/2+1)
-	ops := newIDTable(events) // id → index in states
-	var inFlight flights      // process → id
+	var hiID, hiProcess int64
+	invocations := 0
+	for i := range events {
+		if events[i].Type == Invoke {
+			hiID, hiProcess = max(hiID, events[i].ID), max(hiProcess, int64(events[i].Process))
+			invocations++
+		}
+	}
+	ops := newTable(hiID, invocations)           // id → index in states
+	inFlight := newTable(hiProcess, invocations) // process → index in states of its operation in flight
 	// Ids invoked later, for "completion before its invocation".
 	invokedAt := func(id int64, from int) int {
 		for j := from; j < len(events); j++ {
@@ -347,7 +355,7 @@ func checkSequence(events []Event, lineNo []int) error {
 				return bad("t", "the completion of id %d at %d is before its invocation at %d (line %d)", e.ID, e.Time, inv.Time, lineNo[st.invoke]).at(line)
 			}
 			st.complete = int32(i)
-			inFlight.clear(e.Process)
+			inFlight.del(int64(e.Process))
 		}
 		if e.Time < last {
 			return bad("t", "%d is before the previous event's %d: events must be in time order", e.Time, last).at(line)
@@ -359,83 +367,28 @@ func checkSequence(events []Event, lineNo []int) error {
 		if si, known := ops.get(e.ID); known {
 			return bad("id", "id %d was invoked already on line %d (ids are unique)", e.ID, lineNo[states[si].invoke]).at(line)
 		}
-		if id, busy := inFlight.get(e.Process); busy {
+		if si, busy := inFlight.get(int64(e.Process)); busy {
+			busyInv := states[si].invoke
 			return bad("process", "process %d invokes id %d while its id %d (line %d) has not completed; a process runs one operation at a time",
-				e.Process, e.ID, id, lineNo[states[ops.must(id)].invoke]).at(line)
+				e.Process, e.ID, events[busyInv].ID, lineNo[busyInv]).at(line)
 		}
 		ops.set(e.ID, int32(len(states)))
+		inFlight.set(int64(e.Process), int32(len(states)))
 		states = append(states, opState{invoke: int32(i), complete: -1})
-		inFlight.set(e.Process, e.ID)
 	}
 	return nil
 }
 
-// flights maps processes to the id each has in flight: a slice for the
-// small process numbers a run uses, a map for others.
-type flights struct {
-	dense  []flight
-	sparse map[int]int64
-}
-
-type flight struct {
-	id   int64
-	busy bool
-}
-
-// maxDenseProcess bounds the processes flights keeps in its slice.
-const maxDenseProcess = 1 << 16
-
-func (f *flights) get(p int) (int64, bool) {
-	if p >= 0 && p < maxDenseProcess {
-		if p < len(f.dense) {
-			return f.dense[p].id, f.dense[p].busy
-		}
-		return 0, false
-	}
-	id, ok := f.sparse[p]
-	return id, ok
-}
-
-func (f *flights) set(p int, id int64) {
-	if p >= 0 && p < maxDenseProcess {
-		if p >= len(f.dense) {
-			f.dense = append(f.dense, make([]flight, p+1-len(f.dense))...)
-		}
-		f.dense[p] = flight{id: id, busy: true}
-		return
-	}
-	if f.sparse == nil {
-		f.sparse = map[int]int64{}
-	}
-	f.sparse[p] = id
-}
-
-func (f *flights) clear(p int) {
-	if p >= 0 && p < maxDenseProcess {
-		if p < len(f.dense) {
-			f.dense[p] = flight{}
-		}
-		return
-	}
-	delete(f.sparse, p)
-}
-
-// idTable maps operation ids to int32s: a dense table when the ids are
-// small (a run numbers them from 1), a map otherwise.
+// idTable maps int64 keys (operation ids, processes) to int32s: a dense
+// table when the keys are small (a run numbers its ids from 1 and its
+// processes from 0), a map otherwise and for keys outside the table.
 type idTable struct {
 	dense  []int32 // value+1; 0 is absent
 	sparse map[int64]int32
 }
 
-func newIDTable(events []Event) *idTable {
-	var hi int64
-	n := 0
-	for i := range events {
-		if events[i].Type == Invoke {
-			hi = max(hi, events[i].ID)
-			n++
-		}
-	}
+// newTable is a table for n keys up to hi: dense unless hi is far above n.
+func newTable(hi int64, n int) *idTable {
 	if hi <= int64(4*n+1024) {
 		return &idTable{dense: make([]int32, hi+1)}
 	}
@@ -457,11 +410,6 @@ func (t *idTable) get(id int64) (int32, bool) {
 	return t.dense[id] - 1, true
 }
 
-func (t *idTable) must(id int64) int32 {
-	v, _ := t.get(id)
-	return v
-}
-
 func (t *idTable) set(id int64, v int32) {
 	if t.dense != nil && id >= 0 && id < int64(len(t.dense)) {
 		t.dense[id] = v + 1
@@ -471,4 +419,12 @@ func (t *idTable) set(id int64, v int32) {
 		t.sparse = map[int64]int32{}
 	}
 	t.sparse[id] = v
+}
+
+func (t *idTable) del(id int64) {
+	if t.dense != nil && id >= 0 && id < int64(len(t.dense)) {
+		t.dense[id] = 0
+		return
+	}
+	delete(t.sparse, id)
 }
