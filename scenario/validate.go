@@ -310,10 +310,8 @@ var questions = []question{
 			if len(ex) == 0 {
 				return NotTested, ev
 			}
-			for _, r := range ex {
-				if !r.Pass() {
-					return Fail, ev + mismatches(ex)
-				}
+			if anyMissed(ex) {
+				return Fail, ev + mismatches(ex)
 			}
 			return Pass, ev + ", all as expected"
 		},
@@ -328,10 +326,8 @@ var questions = []question{
 		judge: func(_ targets.Backend, _, ex []Row) (Answer, string) {
 			busy, un := sum(ex, func(r Row) int { return r.Busy }), sum(ex, func(r Row) int { return r.Unavailable })
 			ev := fmt.Sprintf("drills: %d acquisitions failed because the lock was held, %d because the service could not answer", busy, un)
-			for _, r := range ex {
-				if !r.Pass() {
-					return Fail, ev + mismatches(ex)
-				}
+			if anyMissed(ex) {
+				return Fail, ev + mismatches(ex)
 			}
 			if busy == 0 || un == 0 {
 				return Fail, ev
@@ -390,6 +386,11 @@ func sum(rows []Row, f func(Row) int) int {
 		n += f(r)
 	}
 	return n
+}
+
+// anyMissed reports whether a run missed its expectation.
+func anyMissed(rows []Row) bool {
+	return slices.ContainsFunc(rows, func(r Row) bool { return !r.Pass() })
 }
 
 // mismatches says how runs missed their expectations ("" when none did).
