@@ -89,20 +89,6 @@ type FenceOrderDetails struct {
 	Costs []FenceCost `json:"costs,omitempty"`
 }
 
-// Grants extracts every grant with a token, by key, in invocation order.
-func Grants(in Input) map[string][]Grant {
-	keys, byKey := grantRefs(in)
-	out := make(map[string][]Grant, len(keys))
-	for k, key := range keys {
-		gs := make([]Grant, len(byKey[k]))
-		for i, r := range byKey[k] {
-			gs[i] = r.grant(in)
-		}
-		out[key] = gs
-	}
-	return out
-}
-
 // grantRef is a grant without its strings (the operation's index stands
 // for them), so that a million grants are copied and sorted as plain
 // numbers.
