@@ -364,3 +364,41 @@ func TestSearchBudget(t *testing.T) {
 		t.Fatalf("within the default budget: %v %q", r.Verdict, r.Reason)
 	}
 }
+
+// TestShownSteps: the details keep for the visualization only the steps it
+// can show: the illegal keys' when there are any, in key order, up to the
+// limit, copied out of the check's own.
+func TestShownSteps(t *testing.T) {
+	mk := func(key string, n int) keySteps { return keySteps{key: key, steps: make([]step, n)} }
+	keys := []keySteps{mk("a", 5), mk("b", 7), mk("c", 3)}
+	type kept struct {
+		key string
+		n   int
+	}
+	tests := []struct {
+		name    string
+		illegal []string
+		limit   int
+		want    []kept
+	}{
+		{"valid, all fit", nil, 100, []kept{{"a", 5}, {"b", 7}, {"c", 3}}},
+		{"valid, cut in the second key", nil, 8, []kept{{"a", 5}, {"b", 3}}},
+		{"valid, cut at a key's end", nil, 5, []kept{{"a", 5}}},
+		{"illegal keys only", []string{"b", "c"}, 100, []kept{{"b", 7}, {"c", 3}}},
+		{"illegal, cut", []string{"b", "c"}, 9, []kept{{"b", 7}, {"c", 2}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []kept
+			for _, k := range shown(keys, tt.illegal, tt.limit) {
+				got = append(got, kept{k.key, len(k.steps)})
+				if len(k.steps) > 0 && &k.steps[0] == &keys[slices.IndexFunc(keys, func(x keySteps) bool { return x.key == k.key })].steps[0] {
+					t.Errorf("key %s: steps shared with the check's", k.key)
+				}
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("kept %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

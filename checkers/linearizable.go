@@ -126,7 +126,8 @@ type LinearizableOptions struct {
 	// Parallelism is how many keys are checked at once; zero means GOMAXPROCS.
 	Parallelism int
 	// VisualizeLimit caps the operations put into the visualization (the
-	// keys with anomalies are preferred); zero means 20000.
+	// keys with anomalies are preferred) and kept for it in the details;
+	// zero means 20000.
 	VisualizeLimit int
 	// KeepUnobserved keeps unknown-outcome writes that no read observed,
 	// as "may or may not have applied" steps of a nondeterministic model,
@@ -236,7 +237,7 @@ type keyResult struct {
 func (l Linearizable) Check(ctx context.Context, in Input) Result {
 	start := time.Now()
 	keys, dropped, kept := buildSteps(in, l.opts.KeepUnobserved)
-	det := &LinearizableDetails{DroppedUnknown: dropped, KeptUnknown: kept, Keys: len(keys), keys: keys}
+	det := &LinearizableDetails{DroppedUnknown: dropped, KeptUnknown: kept, Keys: len(keys)}
 	for i := range keys {
 		det.Checked += len(keys[i].steps)
 	}
@@ -287,6 +288,7 @@ func (l Linearizable) Check(ctx context.Context, in Input) Result {
 	}
 	sort.Strings(det.IllegalKeys)
 	sort.Strings(det.UnknownKeys)
+	det.keys = shown(keys, det.IllegalKeys, l.opts.VisualizeLimit)
 	slices.SortFunc(det.Anomalies, func(a, b LinearAnomaly) int { return strings.Compare(a.Key, b.Key) })
 	det.Duration = time.Since(start)
 	r := Result{Verdict: And(verdicts...), Judges: true, Aspect: AspectData, Details: det}
@@ -372,25 +374,38 @@ var maybeModel = (&porcupine.NondeterministicModel{
 	DescribeState:     CounterModel.DescribeState,
 }).ToModel()
 
-// WriteVisualization writes Porcupine's HTML visualization of the checked
-// operations (those of the keys with anomalies first, up to the limit), with
-// each fault as an annotation spanning its window.
-func (d *LinearizableDetails) WriteVisualization(w io.Writer, faults []history.Event, limit int) error {
-	if limit <= 0 {
-		limit = 20000
-	}
-	var ops []porcupine.Operation
-	for i := range d.keys {
-		k := &d.keys[i]
-		if len(d.IllegalKeys) > 0 && !slices.Contains(d.IllegalKeys, k.key) {
-			continue
-		}
-		if len(ops) >= limit {
+// shown returns the steps the visualization shows: those of the illegal
+// keys when there are any (else of every key), in key order, the first
+// limit of them. They are copies, so that the rest of a big history's steps
+// are not held after the check.
+func shown(keys []keySteps, illegal []string, limit int) []keySteps {
+	var out []keySteps
+	n := 0
+	for i := range keys {
+		k := &keys[i]
+		if n >= limit {
 			break
 		}
-		ops = append(ops, k.porcupineOps()...)
+		if len(illegal) > 0 && !slices.Contains(illegal, k.key) {
+			continue
+		}
+		steps := slices.Clone(k.steps[:min(len(k.steps), limit-n)])
+		out = append(out, keySteps{key: k.key, steps: steps})
+		n += len(steps)
 	}
-	if len(ops) > limit {
+	return out
+}
+
+// WriteVisualization writes Porcupine's HTML visualization of the checked
+// operations (those of the keys with anomalies when there are any), up to
+// limit (zero: the checker's VisualizeLimit, which also caps what the
+// details keep), with each fault as an annotation spanning its window.
+func (d *LinearizableDetails) WriteVisualization(w io.Writer, faults []history.Event, limit int) error {
+	var ops []porcupine.Operation
+	for i := range d.keys {
+		ops = append(ops, d.keys[i].porcupineOps()...)
+	}
+	if limit > 0 && len(ops) > limit {
 		ops = ops[:limit]
 	}
 	model := CounterModel
