@@ -87,10 +87,16 @@ type Kill struct {
 	HolderWait time.Duration
 }
 
-var _ Nemesis = (*Kill)(nil)
+var (
+	_ Nemesis        = (*Kill)(nil)
+	_ HolderTargeter = (*Kill)(nil)
+)
 
 // Name implements Nemesis.
 func (*Kill) Name() string { return "kill" }
+
+// TargetsHolders implements HolderTargeter.
+func (k *Kill) TargetsHolders() bool { return k.Weights[GroupHolder] > 0 }
 
 // Inject implements Nemesis.
 func (k *Kill) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, error) {

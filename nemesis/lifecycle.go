@@ -12,8 +12,9 @@ import (
 
 // Optional parts of a [Nemesis], found by type assertion: the capabilities
 // its targets need (granted only when it is in the run), a probe at setup
-// that refuses a run in which it cannot work, and a last undo at the end of
-// the test phase. The clock nemesis has all three.
+// that refuses a run in which it cannot work, a last undo at the end of the
+// test phase, and whether it picks lock holders. The clock nemesis has all
+// four.
 type (
 	// CapsNeeder is a nemesis whose targets need Linux capabilities.
 	CapsNeeder interface {
@@ -34,7 +35,23 @@ type (
 		// Finish undoes it; an error leaves the run's data in doubt.
 		Finish(ctx context.Context) error
 	}
+	// HolderTargeter is a nemesis that may pick clients in their critical
+	// section ([Env.InCriticalSection]). The workload follows who holds a
+	// lock, at a cost per critical section, only when a nemesis of the run
+	// says so; for any other, InCriticalSection is nil.
+	HolderTargeter interface {
+		// TargetsHolders reports whether the nemesis may ask for holders.
+		TargetsHolders() bool
+	}
 )
+
+// TargetsHolders reports whether any of nems may pick lock holders.
+func TargetsHolders(nems []Nemesis) bool {
+	return slices.ContainsFunc(nems, func(n Nemesis) bool {
+		h, ok := n.(HolderTargeter)
+		return ok && h.TargetsHolders()
+	})
+}
 
 // Caps returns the extra capabilities of lock-service nodes and of client
 // nodes that nems need.

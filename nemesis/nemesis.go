@@ -39,7 +39,8 @@ type Env struct {
 	// Clients are the client agents' nodes.
 	Clients []runtime.Node
 	// InCriticalSection names the clients that hold a lock and have not yet
-	// written (nil when unknown).
+	// written (nil when unknown, or when no nemesis of the run is a
+	// [HolderTargeter] that targets holders).
 	InCriticalSection func() []string
 	// Leader finds the lock service's leader (nil when it has none).
 	Leader func(ctx context.Context) (runtime.Node, error)

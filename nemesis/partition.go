@@ -125,7 +125,9 @@ type topology struct {
 	minNodes int
 	// needsLeader says the topology needs Env.Leader.
 	needsLeader bool
-	build       func(ctx context.Context, env *Env, rng *rand.Rand) (first, second []string, err error)
+	// holders says the topology cuts off the clients holding a lock.
+	holders bool
+	build   func(ctx context.Context, env *Env, rng *rand.Rand) (first, second []string, err error)
 }
 
 var topologies = map[string]topology{
@@ -152,14 +154,14 @@ var topologies = map[string]topology{
 		}
 		return []string{l.Name()}, without(nodeNames(env.Nodes), l.Name()), nil
 	}},
-	TopoClientsFromLocks: {minNodes: 1, build: func(ctx context.Context, env *Env, rng *rand.Rand) ([]string, []string, error) {
+	TopoClientsFromLocks: {minNodes: 1, holders: true, build: func(ctx context.Context, env *Env, rng *rand.Rand) ([]string, []string, error) {
 		cs, err := someClients(ctx, env, rng)
 		return cs, nodeNames(env.Nodes), err
 	}},
 	TopoLocksAway: {minNodes: 1, build: func(_ context.Context, env *Env, _ *rand.Rand) ([]string, []string, error) {
 		return nodeNames(env.Clients), nodeNames(env.Nodes), nil
 	}},
-	TopoStoreFromClients: {minNodes: 1, build: func(ctx context.Context, env *Env, rng *rand.Rand) ([]string, []string, error) {
+	TopoStoreFromClients: {minNodes: 1, holders: true, build: func(ctx context.Context, env *Env, rng *rand.Rand) ([]string, []string, error) {
 		if env.Store == nil {
 			return nil, nil, errors.New("no store node")
 		}
@@ -279,10 +281,22 @@ type Partition struct {
 	Topologies []string
 }
 
-var _ Nemesis = (*Partition)(nil)
+var (
+	_ Nemesis        = (*Partition)(nil)
+	_ HolderTargeter = (*Partition)(nil)
+)
 
 // Name implements Nemesis.
 func (*Partition) Name() string { return "partition" }
+
+// TargetsHolders implements HolderTargeter: some of its topologies cut off
+// the clients holding a lock.
+func (p *Partition) TargetsHolders() bool {
+	return slices.ContainsFunc(p.Topologies, func(name string) bool {
+		base, _ := strings.CutSuffix(name, OneWay)
+		return topologies[base].holders
+	})
+}
 
 // Inject implements Nemesis.
 func (p *Partition) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, error) {

@@ -80,10 +80,16 @@ type Pause struct {
 	HolderWait time.Duration
 }
 
-var _ Nemesis = (*Pause)(nil)
+var (
+	_ Nemesis        = (*Pause)(nil)
+	_ HolderTargeter = (*Pause)(nil)
+)
 
 // Name implements Nemesis.
 func (*Pause) Name() string { return "pause" }
+
+// TargetsHolders implements HolderTargeter.
+func (p *Pause) TargetsHolders() bool { return p.Weights[GroupHolder] > 0 }
 
 // Inject implements Nemesis.
 func (p *Pause) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, error) {

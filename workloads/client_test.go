@@ -98,7 +98,8 @@ func socketPair(t testing.TB) (runtime.ConsoleConn, *net.UnixConn) {
 }
 
 // TestAgentOutcomes: an operation's outcome and progress events come back
-// through the client, with the agent's times mapped to the run's.
+// through the client, with the agent's times mapped to the run's; a quiet
+// operation has the same outcome and times, without the events.
 func TestAgentOutcomes(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -118,32 +119,39 @@ func TestAgentOutcomes(t *testing.T) {
 	}
 	for _, tr := range transports {
 		for _, tt := range tests {
-			t.Run(tr+"/"+tt.name, func(t *testing.T) {
-				locks, st := inmem.NewService(inmem.Options{}), store.NewMem(nil)
-				if tt.pre != nil {
-					tt.pre(locks, st)
+			for _, quiet := range []bool{false, true} {
+				name := tr + "/" + tt.name
+				want := tt.events
+				if quiet {
+					name, want = name+"/quiet", 0
 				}
-				c := pair(t, tr, locks, tt.opts, st)
-				var events []agent.Response
-				res, err := c.Do(context.Background(), agent.OpRequest{ID: 5, F: history.FCriticalSection, Key: "k", Fenced: tt.fenced}, 5*time.Second, func(r agent.Response) { events = append(events, r) })
-				if err != nil {
-					t.Fatal(err)
-				}
-				if res.Type != tt.typ || res.Error != tt.kind || len(events) != tt.events {
-					t.Fatalf("result %+v with %d events", res, len(events))
-				}
-				if tt.typ == history.OK {
-					if res.Read == nil || res.Write == nil || res.Write.Value != res.Read.Value+1 || res.Write.Tag != 5 || res.Token == 0 {
-						t.Fatalf("bad ok result %+v", res)
+				t.Run(name, func(t *testing.T) {
+					locks, st := inmem.NewService(inmem.Options{}), store.NewMem(nil)
+					if tt.pre != nil {
+						tt.pre(locks, st)
 					}
-					if res.ReleaseError != "" || res.AcquiredMono == 0 || res.WriteMono < res.AcquiredMono || res.ReleasedMono < res.WriteMono {
-						t.Fatalf("bad timings or release %+v", res)
+					c := pair(t, tr, locks, tt.opts, st)
+					var events []agent.Response
+					res, err := c.Do(context.Background(), agent.OpRequest{ID: 5, F: history.FCriticalSection, Key: "k", Fenced: tt.fenced, Quiet: quiet}, 5*time.Second, func(r agent.Response) { events = append(events, r) })
+					if err != nil {
+						t.Fatal(err)
 					}
-					if at := c.RunTime(res.AcquiredMono); at <= 0 {
-						t.Fatalf("agent time maps to %d", at)
+					if res.Type != tt.typ || res.Error != tt.kind || len(events) != want {
+						t.Fatalf("result %+v with %d events, want %d", res, len(events), want)
 					}
-				}
-			})
+					if tt.typ == history.OK {
+						if res.Read == nil || res.Write == nil || res.Write.Value != res.Read.Value+1 || res.Write.Tag != 5 || res.Token == 0 {
+							t.Fatalf("bad ok result %+v", res)
+						}
+						if res.ReleaseError != "" || res.AcquiredMono == 0 || res.WriteMono < res.AcquiredMono || res.ReleasedMono < res.WriteMono {
+							t.Fatalf("bad timings or release %+v", res)
+						}
+						if at := c.RunTime(res.AcquiredMono); at <= 0 {
+							t.Fatalf("agent time maps to %d", at)
+						}
+					}
+				})
+			}
 		}
 	}
 }

@@ -66,7 +66,13 @@ type CounterOptions struct {
 	// Work is the agents' time between read and write; it tells which
 	// holders still have time left before writing.
 	Work time.Duration
-	Log  *slog.Logger
+	// Quiet says nothing will ask InCriticalSection (no fault of the run
+	// targets lock holders): the agents then send no progress events, two
+	// lines fewer per critical section (each a wake-up of both processes,
+	// one inside the hold), and InCriticalSection names nobody. The
+	// history is the same either way.
+	Quiet bool
+	Log   *slog.Logger
 }
 
 // New returns the workload called name.
@@ -135,6 +141,7 @@ func Key(i int) string { return fmt.Sprintf("k%d", i) }
 // their work still ahead of them: pausing (or cutting off) one of them makes
 // a late write. A holder past half its work is left out: a fault takes some
 // milliseconds to land, and one that lands after the write proves nothing.
+// A Quiet workload names nobody.
 func (w *Counter) InCriticalSection() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -197,19 +204,21 @@ func (w *Counter) op(ctx context.Context, c *Client, n int, f, key string, fence
 		fenced = false
 	}
 	inv := history.Event{Type: history.Invoke, Process: c.Process, Client: c.Name, ID: id, F: f, Key: key, Fenced: fenced, Bypass: bypass}
-	if f == history.FCriticalSection {
+	var onEvent func(agent.Response)
+	if f == history.FCriticalSection && !w.opts.Quiet {
 		w.setPhase(c.Name, activity{phase: Acquiring, key: key})
 		defer w.setPhase(c.Name, activity{phase: Idle})
+		onEvent = func(r agent.Response) {
+			switch r.Ev {
+			case agent.EvAcquired:
+				w.setPhase(c.Name, activity{phase: Holding, key: key, token: r.Token, since: time.Now()})
+			case agent.EvWrite:
+				w.setPhase(c.Name, activity{phase: Writing, key: key})
+			}
+		}
 	}
 	rec.Record(inv)
-	res, err := c.Do(ctx, agent.OpRequest{ID: id, F: f, Key: key, Fenced: fenced, Bypass: bypass}, timeout, func(r agent.Response) {
-		switch r.Ev {
-		case agent.EvAcquired:
-			w.setPhase(c.Name, activity{phase: Holding, key: key, token: r.Token, since: time.Now()})
-		case agent.EvWrite:
-			w.setPhase(c.Name, activity{phase: Writing, key: key})
-		}
-	})
+	res, err := c.Do(ctx, agent.OpRequest{ID: id, F: f, Key: key, Fenced: fenced, Bypass: bypass, Quiet: w.opts.Quiet}, timeout, onEvent)
 	done := inv
 	if err != nil {
 		done.Type, done.Error, done.Message = history.Info, history.ErrTimeout, err.Error()

@@ -1,8 +1,18 @@
 package workloads
 
 import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/inmem"
+	"github.com/splitbrain/splitbrain/targets/store"
+	"github.com/splitbrain/splitbrain/workloads/agent"
 )
 
 // TestCertainHold: a hold is recorded shrunk by its client's clock mapping
@@ -49,5 +59,63 @@ func TestCertainHold(t *testing.T) {
 	}
 	if acq, rel := certainHold(10*ms, 0, time.Millisecond); acq != 11*ms || rel != 0 {
 		t.Fatalf("unreleased hold: %d, %d", acq, rel)
+	}
+}
+
+// TestCounterFollowsHolders: a live counter names a client from its grant
+// to its write, which is what a fault aimed at lock holders needs; a quiet
+// one names nobody, and records the same outcome and times.
+func TestCounterFollowsHolders(t *testing.T) {
+	const work = 300 * time.Millisecond
+	for _, quiet := range []bool{false, true} {
+		t.Run(fmt.Sprintf("quiet=%v", quiet), func(t *testing.T) {
+			c := pair(t, transportSocket, inmem.NewService(inmem.Options{}), nil, store.NewMem(nil))
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			recipe := targets.RecipeConfig{Kind: inmem.Kind, TTL: targets.Duration(time.Minute)}
+			if err := c.Configure(ctx, agent.Config{Client: "c1", Recipe: recipe, Work: targets.Duration(work), AcquireTimeout: targets.Duration(time.Second), ReleaseTimeout: targets.Duration(time.Second)}); err != nil {
+				t.Fatal(err)
+			}
+			w, err := New(UnfencedCounter, CounterOptions{Keys: 1, Work: work, Quiet: quiet})
+			if err != nil {
+				t.Fatal(err)
+			}
+			hw, err := history.Create(filepath.Join(t.TempDir(), "history.jsonl"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer hw.Close()
+			rec := history.NewRecorder(hw, history.NewMonotonicClock())
+			type outcome struct {
+				done history.Event
+				err  error
+			}
+			out := make(chan outcome, 1)
+			go func() {
+				done, err := w.op(ctx, c, 1, history.FCriticalSection, "k0", false, 5*time.Second, rec)
+				out <- outcome{done, err}
+			}()
+			named := false
+			var o outcome
+		poll:
+			for {
+				select {
+				case o = <-out:
+					break poll
+				case <-time.After(5 * time.Millisecond):
+					named = named || slices.Contains(w.InCriticalSection(), "c1")
+				}
+			}
+			if o.err != nil || o.done.Type != history.OK {
+				t.Fatalf("critical section: %+v, %v", o.done, o.err)
+			}
+			if named == quiet {
+				t.Fatalf("quiet=%v: holder named while it held: %v", quiet, named)
+			}
+			// (The hold is recorded shrunk by the clock mapping's uncertainty.)
+			if o.done.Acquired == 0 || o.done.WriteAt == 0 || o.done.Released < o.done.Acquired || o.done.Hold < int64(work) {
+				t.Fatalf("hold not recorded: acquired %d, write %d, released %d", o.done.Acquired, o.done.WriteAt, o.done.Released)
+			}
+		})
 	}
 }

@@ -69,7 +69,19 @@ func serveBenchAgent() int {
 // each process spent per operation and their context switches (wake-ups)
 // per operation: what the control channel costs on a machine where every
 // microsecond of CPU is taken from the lock service and the store.
+// Sub-benchmarks: live (progress events sent, as when a fault targets
+// holders) and quiet (done responses only).
 func BenchmarkCriticalSectionProcess(b *testing.B) {
+	for _, quiet := range []bool{false, true} {
+		name := "live"
+		if quiet {
+			name = "quiet"
+		}
+		b.Run(name, func(b *testing.B) { benchCriticalSectionProcess(b, quiet) })
+	}
+}
+
+func benchCriticalSectionProcess(b *testing.B, quiet bool) {
 	dir := b.TempDir()
 	sock := filepath.Join(dir, "console")
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -108,7 +120,7 @@ func BenchmarkCriticalSectionProcess(b *testing.B) {
 	if err := c.Sync(ctx); err != nil {
 		b.Fatal(err)
 	}
-	w, err := New(UnfencedCounter, CounterOptions{Keys: 1})
+	w, err := New(UnfencedCounter, CounterOptions{Keys: 1, Quiet: quiet})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -210,7 +210,8 @@ func benchAgentLoop(ctx context.Context, cfg agent.Config, keys int, d time.Dura
 	if err != nil {
 		return fmt.Errorf("agent handshake: %w", err)
 	}
-	wl, err := workloads.New(workloads.UnfencedCounter, workloads.CounterOptions{Keys: keys, Seed: seed, Work: time.Duration(cfg.Work)})
+	// Quiet, as the harness is when no fault targets lock holders.
+	wl, err := workloads.New(workloads.UnfencedCounter, workloads.CounterOptions{Keys: keys, Seed: seed, Work: time.Duration(cfg.Work), Quiet: true})
 	if err != nil {
 		return err
 	}

@@ -186,10 +186,15 @@ var (
 	_ nemesis.CapsNeeder = (*Nemesis)(nil)
 	_ nemesis.Preparer   = (*Nemesis)(nil)
 	_ nemesis.Finisher   = (*Nemesis)(nil)
+
+	_ nemesis.HolderTargeter = (*Nemesis)(nil)
 )
 
 // Name implements nemesis.Nemesis.
 func (*Nemesis) Name() string { return "clock" }
+
+// TargetsHolders implements nemesis.HolderTargeter.
+func (nm *Nemesis) TargetsHolders() bool { return nm.Weights[nemesis.GroupHolder] > 0 }
 
 // Validate reports a configuration that cannot run.
 func (nm *Nemesis) Validate() error {

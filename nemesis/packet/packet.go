@@ -281,10 +281,15 @@ var (
 	_ nemesis.Finisher   = (*Nemesis)(nil)
 	_ nemesis.Closer     = (*Nemesis)(nil)
 	_ nemesis.CapsNeeder = (*Nemesis)(nil)
+
+	_ nemesis.HolderTargeter = (*Nemesis)(nil)
 )
 
 // Name implements nemesis.Nemesis.
 func (*Nemesis) Name() string { return Name }
+
+// TargetsHolders implements nemesis.HolderTargeter.
+func (nm *Nemesis) TargetsHolders() bool { return nm.spec.Clients == Holder }
 
 // Caps implements nemesis.CapsNeeder: netem and the reset rule need
 // NET_ADMIN in every node (which clients and the store have anyway).

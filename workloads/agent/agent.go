@@ -235,7 +235,9 @@ func (a *agent) criticalSection(ctx context.Context, op OpRequest) (res Result) 
 	res.AcquiredMono = a.deps.Mono()
 	res.Wait = res.AcquiredMono - start
 	res.Token = lease.Token()
-	a.send(Response{Type: RespEvent, ID: op.ID, Ev: EvAcquired, Mono: res.AcquiredMono, Token: res.Token})
+	if !op.Quiet {
+		a.send(Response{Type: RespEvent, ID: op.ID, Ev: EvAcquired, Mono: res.AcquiredMono, Token: res.Token})
+	}
 	defer func() {
 		a.deps.Step()
 		res.ReleasedMono = a.deps.Mono()
@@ -291,7 +293,9 @@ func (a *agent) readModifyWrite(ctx context.Context, op OpRequest, token uint64)
 
 	res.Write = &history.Value{Value: e.Value + 1, Tag: op.ID}
 	res.WriteMono = a.deps.Mono()
-	a.send(Response{Type: RespEvent, ID: op.ID, Ev: EvWrite, Mono: res.WriteMono})
+	if !op.Quiet {
+		a.send(Response{Type: RespEvent, ID: op.ID, Ev: EvWrite, Mono: res.WriteMono})
+	}
 	if _, err := a.store.Write(ctx, op.Key, res.Write.Value, res.Write.Tag, fenced, token); err != nil {
 		res.Type, res.Error = storeKind(err)
 		res.Message = err.Error()

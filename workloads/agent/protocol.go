@@ -8,8 +8,9 @@
 // operations one at a time. For each operation the agent streams the
 // progress events the harness acts on while the operation runs (acquired:
 // the client now holds a lock, a fault may target it; write: it is past the
-// point where a fault would make a late write) and then one done [Response]
-// with the [Result], which carries every step's time. Event times are the
+// point where a fault would make a late write), unless the request is
+// [OpRequest.Quiet], and then one done [Response] with the [Result], which
+// carries every step's time. Event times are the
 // agent's CLOCK_MONOTONIC, read with a real system call so that a skewed
 // vDSO clock does not move them.
 package agent
@@ -83,6 +84,10 @@ type OpRequest struct {
 	// token, an unfenced read and write (an old service or a batch job
 	// that skips the protocol).
 	Bypass bool `json:"bypass,omitempty"`
+	// Quiet asks for no progress events, only the done response: nobody
+	// acts on them (no fault of the run targets lock holders). The
+	// Result carries the same times either way.
+	Quiet bool `json:"quiet,omitempty"`
 }
 
 // Response is one line from the agent.
