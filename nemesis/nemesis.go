@@ -59,9 +59,10 @@ func (e *Env) Node(name string) (runtime.Node, bool) {
 	return nil, false
 }
 
-// holders waits up to wait for clients in their critical section and
-// returns them (none when there were none, or the workload cannot tell).
-func (e *Env) holders(ctx context.Context, wait time.Duration) ([]string, error) {
+// Holders waits up to wait for clients in their critical section and
+// returns them (none when there were none, or nobody can tell: a nil
+// InCriticalSection). The error is ctx's.
+func (e *Env) Holders(ctx context.Context, wait time.Duration) ([]string, error) {
 	if e.InCriticalSection == nil {
 		return nil, nil
 	}

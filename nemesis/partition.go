@@ -265,7 +265,7 @@ const holderWait = time.Second
 // now (the old holders that will write late; waiting up to holderWait for
 // one), else a random nonempty half.
 func someClients(ctx context.Context, env *Env, rng *rand.Rand) ([]string, error) {
-	hs, err := env.holders(ctx, holderWait)
+	hs, err := env.Holders(ctx, holderWait)
 	if err != nil || len(hs) > 0 {
 		return hs, err
 	}

@@ -110,7 +110,7 @@ func (env *Env) Choose(ctx context.Context, rng *rand.Rand, group string, holder
 	var pool []runtime.Node
 	switch group {
 	case GroupHolder:
-		names, err := env.holders(ctx, holderWait)
+		names, err := env.Holders(ctx, holderWait)
 		if err != nil {
 			return nil, err
 		}

@@ -463,18 +463,12 @@ func (nm *Nemesis) clients(ctx context.Context, env *nemesis.Env, rng *rand.Rand
 	case All:
 		return names, nil
 	case Holder:
-		if env.InCriticalSection != nil {
-			deadline := time.Now().Add(time.Second)
-			for time.Now().Before(deadline) {
-				if hs := env.InCriticalSection(); len(hs) > 0 {
-					return slices.Sorted(slices.Values(hs)), nil
-				}
-				select {
-				case <-ctx.Done():
-					return nil, ctx.Err()
-				case <-time.After(5 * time.Millisecond):
-				}
-			}
+		hs, err := env.Holders(ctx, time.Second)
+		if err != nil {
+			return nil, err
+		}
+		if len(hs) > 0 {
+			return slices.Sorted(slices.Values(hs)), nil
 		}
 	}
 	return []string{names[rng.IntN(len(names))]}, nil
