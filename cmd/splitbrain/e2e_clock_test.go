@@ -33,7 +33,9 @@ func clockFaults(t *testing.T, res map[string]any) []clock.Record {
 		if tg, _ := m["targets"].([]any); len(tg) != 1 || tg[0] != rec.Target {
 			t.Fatalf("fault targets %v, detail %q", m["targets"], d)
 		}
-		if (rec.Observed - rec.Offsets[0]).Abs() > 300*time.Millisecond {
+		// The observation is a round trip to the process: on a loaded
+		// machine it can be off by up to half of it, as the record says.
+		if (rec.Observed - rec.Offsets[0]).Abs() > 300*time.Millisecond+rec.Uncertainty {
 			t.Fatalf("fault %q: observed skew far from the offset set", d)
 		}
 		out = append(out, rec)

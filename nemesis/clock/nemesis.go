@@ -469,6 +469,7 @@ func (nm *Nemesis) Inject(ctx context.Context, env *nemesis.Env, rng *rand.Rand)
 		return nil, undo(err)
 	}
 	f.rec.Observed = obs.Realtime.Round(time.Millisecond)
+	f.rec.Uncertainty = obs.Uncertainty.Round(time.Millisecond)
 	if mode == ModeStrobe {
 		sctx, cancel := context.WithCancel(ctx)
 		f.stop = cancel

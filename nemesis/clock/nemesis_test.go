@@ -338,6 +338,7 @@ func TestRecordRoundTrip(t *testing.T) {
 			Offsets: []time.Duration{-2500 * time.Millisecond, 2500 * time.Millisecond}, PeriodMin: 50 * time.Millisecond, PeriodMax: 200 * time.Millisecond, Observed: -2500 * time.Millisecond},
 		{Mode: ModeStrobe, Target: "c1", Group: "holder", Via: clockskew.ViaVDSO, Clocks: []string{"realtime"},
 			Offsets: []time.Duration{4 * time.Second, 0}, PeriodMin: 50 * time.Millisecond, PeriodMax: 200 * time.Millisecond},
+		{Mode: ModeBump, Target: "n2", Group: "node", Via: clockskew.ViaShim, Clocks: []string{"realtime"}, Offsets: []time.Duration{4425 * time.Millisecond}, Observed: 4865 * time.Millisecond, Uncertainty: 450 * time.Millisecond},
 	}
 	for _, want := range tests {
 		s := want.String()
@@ -351,6 +352,12 @@ func TestRecordRoundTrip(t *testing.T) {
 	}
 	if got := tests[0].String(); got != "mode=bump target=n1 group=node via=shim clocks=realtime offset=+3.2s observed=+3.201s" {
 		t.Fatalf("detail %q", got)
+	}
+	if got := tests[3].String(); !strings.HasSuffix(got, " observed=+4.865s uncertainty=450ms") {
+		t.Fatalf("detail %q", got)
+	}
+	if _, err := ParseRecord("mode=bump target=n1 offset=+1s uncertainty=soon"); err == nil {
+		t.Error("a bad uncertainty parsed")
 	}
 	for _, bad := range []string{"", "mode=bump", "mode=bump target=n1 offset=soon", "SIGSTOP"} {
 		if _, err := ParseRecord(bad); err == nil {

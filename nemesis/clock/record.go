@@ -9,7 +9,7 @@ import (
 // Record describes one clock fault. Its String form is the fault's Detail
 // in the history and in results.json, space-separated key=value pairs:
 //
-//	mode=bump target=n1 group=node via=shim clocks=realtime offset=+3.2s observed=+3.201s
+//	mode=bump target=n1 group=node via=shim clocks=realtime offset=+3.2s observed=+3.201s uncertainty=2ms
 //	mode=strobe target=c2 group=client via=vdso clocks=realtime,monotonic offsets=+2.5s,-2.5s period=50ms..200ms observed=+2.5s
 //
 // [ParseRecord] reads it back.
@@ -32,6 +32,10 @@ type Record struct {
 	// Observed is the CLOCK_REALTIME offset read back from the process
 	// once the fault was in force.
 	Observed time.Duration
+	// Uncertainty bounds how far Observed may be from the offset the
+	// process had (half the observation's round trip; zero when unknown,
+	// and then not written).
+	Uncertainty time.Duration
 }
 
 // String formats r as key=value pairs.
@@ -46,7 +50,11 @@ func (r Record) String() string {
 	} else {
 		parts = append(parts, "offset="+strings.Join(offs, ","))
 	}
-	return strings.Join(append(parts, "observed="+signed(r.Observed)), " ")
+	parts = append(parts, "observed="+signed(r.Observed))
+	if r.Uncertainty > 0 {
+		parts = append(parts, "uncertainty="+r.Uncertainty.String())
+	}
+	return strings.Join(parts, " ")
 }
 
 // ParseRecord reads a Record from its String form (a fault's Detail).
@@ -90,6 +98,8 @@ func ParseRecord(s string) (Record, error) {
 			}
 		case "observed":
 			r.Observed, err = time.ParseDuration(v)
+		case "uncertainty":
+			r.Uncertainty, err = time.ParseDuration(v)
 		}
 		if err != nil {
 			return r, fmt.Errorf("clock fault detail %q: %s: %w", s, k, err)
