@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"time"
 
 	"github.com/splitbrain/splitbrain/checkers"
@@ -34,32 +33,7 @@ func Judge(ctx context.Context, res *Results, events []history.Event, timeout ti
 	// The report explains the history next and needs the holds only at
 	// its end: do not keep them through the explanation.
 	in.ForgetHolds()
-	if res.Valid != checkers.Valid && largestKey(in.Ops) >= bigKey {
-		// The explanation builds the largest key's operations next, at
-		// once. Collect the checkers' garbage and return it to the OS
-		// first: with the memory limit near the live data (check sets
-		// it), the peak otherwise overshoots it by whatever the collector
-		// has not yet scavenged (a 1M-op one-key history: up to 3.1× its
-		// size instead of 2.7×, and no faster).
-		debug.FreeOSMemory()
-	}
 	return in
-}
-
-// bigKey is the number of operations on one key from which its
-// explanation is worth a forced collection first.
-const bigKey = 100_000
-
-// largestKey returns the number of operations on the key that has most.
-func largestKey(ops []history.Op) int {
-	n := map[string]int{}
-	best := 0
-	for i := range ops {
-		k := ops[i].Invoke.Key
-		n[k]++
-		best = max(best, n[k])
-	}
-	return best
 }
 
 // HistoryPath is the history file path names: path itself, or the

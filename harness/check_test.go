@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/splitbrain/splitbrain/checkers"
-	"github.com/splitbrain/splitbrain/history"
 )
 
 // TestRecheck: a stored run re-checks through Judge to what the run
@@ -85,27 +84,5 @@ func TestRecheck(t *testing.T) {
 	}
 	if _, _, err := Recheck(context.Background(), filepath.Join(dir, "nope"), time.Second); !IsBadInput(err) {
 		t.Fatalf("missing: %v", err)
-	}
-}
-
-func TestLargestKey(t *testing.T) {
-	op := func(key string) history.Op { return history.Op{Invoke: &history.Event{Key: key}} }
-	tests := []struct {
-		keys []string
-		want int
-	}{
-		{nil, 0},
-		{[]string{"k0"}, 1},
-		{[]string{"k0", "k1", "k0", "k2", "k0", "k1"}, 3},
-		{[]string{"k1", "k1", "k0"}, 2},
-	}
-	for _, tt := range tests {
-		var ops []history.Op
-		for _, k := range tt.keys {
-			ops = append(ops, op(k))
-		}
-		if got := largestKey(ops); got != tt.want {
-			t.Errorf("%v: %d, want %d", tt.keys, got, tt.want)
-		}
 	}
 }

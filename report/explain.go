@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime/debug"
 	"slices"
 	"sort"
 	"strings"
@@ -238,8 +239,19 @@ func explainInput(ctx context.Context, in checkers.Input, opts ExplainOptions) [
 	explained := map[string]bool{}
 	// Keys in order of their first anomaly would be nicer, but the checks
 	// are bounded by count, so go by key name for determinism.
+	freed := false
 	for _, k := range e.keys {
 		kh := e.byKey[k]
+		if !freed && len(kh.ops) >= bigKey {
+			// build makes this key's operations at once. Collect the
+			// checkers' garbage and return it to the OS first: with the
+			// memory limit near the live data (check sets it), the peak
+			// otherwise overshoots it by whatever the collector has not
+			// yet scavenged (a 1M-op one-key history: up to 3.1× its size
+			// instead of 2.7×, and no faster).
+			debug.FreeOSMemory()
+			freed = true
+		}
 		e.build(kh)
 		as := e.explainKey(kh)
 		e.release(kh)
@@ -604,6 +616,11 @@ func (e *explainer) build(k *keyHist) {
 		}
 	}
 }
+
+// bigKey is the number of operations on one key from which building them
+// is worth a forced collection first (once per explanation: later keys
+// reuse what earlier ones released).
+const bigKey = 100_000
 
 // release drops k's Ops (the anomalies hold copies) once it is explained.
 func (e *explainer) release(k *keyHist) {
