@@ -81,6 +81,8 @@ const (
 	// report each grant and write as it happens, two lines more per
 	// critical section.
 	variantLive = "harness-live"
+	// variantSerial is the harness with pipelining off (--serial).
+	variantSerial = "harness-serial"
 	// variantBare is the plain go-redis loop: the ratio's denominator.
 	variantBare = "bare"
 	// variantAgent runs the real agent and the harness's client in the
@@ -101,7 +103,7 @@ func runRecord(args []string) error {
 	rounds := fs.Int("rounds", 5, "interleaved rounds (harness, bare, agent, agent-record, harness, ...)")
 	keys := fs.Int("keys", 3, "counters (the harness's default)")
 	fs.DurationVar(&recordWork, "work", 0, "a holder's work between its read and its write, in every variant (0: the stress case, where the channel's cost shows most; the harness's default is 100ms)")
-	variants := fs.String("variants", "bare,agent,agent-record,harness-attach,harness-live", "variants besides the harness: bare (the ratio's denominator); agent, agent-record, harness-attach, harness-live (diagnosis, see docs/performance.md)")
+	variants := fs.String("variants", "bare,agent,agent-record,harness-attach,harness-live", "variants besides the harness: bare (the ratio's denominator); agent, agent-record, harness-attach, harness-live, harness-serial (diagnosis, see docs/performance.md)")
 	results := fs.String("results", "", "harness results directory (default: a temporary directory, removed)")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of this process (the harness runs in it) to this file")
 	if err := fs.Parse(args); err != nil {
@@ -143,12 +145,15 @@ func runRecord(args []string) error {
 		h := recordHarness(ctx, env, variantHarness, docker.ControlSocket, r, *conc, *keys, *dur, resDir)
 		logf("  harness: %.0f ok/s %s", h.OKPerSec, h.Err)
 		data.Samples = append(data.Samples, h)
-		loops := recordLoops(ctx, env, r, *conc, *keys, *dur, slices.DeleteFunc(slices.Clone(loopVariants), func(v string) bool { return v == variantAttach || v == variantLive }))
+		loops := recordLoops(ctx, env, r, *conc, *keys, *dur, slices.DeleteFunc(slices.Clone(loopVariants), func(v string) bool { return v == variantAttach || v == variantLive || v == variantSerial }))
 		if slices.Contains(loopVariants, variantAttach) {
 			loops = append(loops, recordHarness(ctx, env, variantAttach, docker.ControlAttach, r, *conc, *keys, *dur, resDir))
 		}
 		if slices.Contains(loopVariants, variantLive) {
 			loops = append(loops, recordHarness(ctx, env, variantLive, docker.ControlSocket, r, *conc, *keys, *dur, resDir))
+		}
+		if slices.Contains(loopVariants, variantSerial) {
+			loops = append(loops, recordHarness(ctx, env, variantSerial, docker.ControlSocket, r, *conc, *keys, *dur, resDir))
 		}
 		for _, s := range loops {
 			logf("  %s: %.0f ok/s %s", s.Variant, s.OKPerSec, s.Err)
@@ -257,8 +262,11 @@ func recordHarness(ctx context.Context, env *dockerEnv, variant, control string,
 	s := recordSample{Round: round, Variant: variant}
 	cfg := harness.DefaultConfig()
 	cfg.Target, cfg.Workload, cfg.Nemesis = "redis", workloads.UnfencedCounter, "none"
-	if variant == variantLive {
+	switch variant {
+	case variantLive:
 		cfg.Nemesis, cfg.NemesisInterval = "pause", time.Hour // the first fault after 30 min at the earliest
+	case variantSerial:
+		cfg.Serial = true
 	}
 	cfg.Work, cfg.Concurrency, cfg.Keys, cfg.TimeLimit = recordWork, conc, keys, d
 	cfg.ResultsDir, cfg.Seed = filepath.Join(resDir, "runs"), uint64(round)

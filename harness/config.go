@@ -80,6 +80,9 @@ type Config struct {
 	// Bypass lists clients ("c1,c2") that write without lock or token, a
 	// bypass writer beside the others (anti-pattern 6).
 	Bypass string `json:"bypass,omitempty"`
+	// Serial sends a client's next operation only once its previous one is
+	// done, even where it could be pipelined (workloads.CounterOptions).
+	Serial bool `json:"serial,omitempty"`
 	// Client is the lock client the agents use: a registered client of
 	// the target (a library: "redsync", "redis-py"), or the command line
 	// of an adapter the user brings ("python3 my_lock.py"), driven through

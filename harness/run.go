@@ -261,7 +261,7 @@ func (r *run) execute(ctx context.Context) error {
 	live := nemesis.TargetsHolders(nems)
 	wl, err := workloads.New(r.cfg.Workload, workloads.CounterOptions{
 		Keys: r.cfg.Keys, OpTimeout: r.cfg.OpTimeout, Seed: r.cfg.Seed, Log: r.log, Work: r.cfg.Work,
-		Bypass: splitList(r.cfg.Bypass), Quiet: !live,
+		Bypass: splitList(r.cfg.Bypass), Quiet: !live, Serial: r.cfg.Serial,
 	})
 	if err != nil {
 		return &InputError{Err: err}

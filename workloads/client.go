@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,12 +41,20 @@ type Client struct {
 	mu      sync.Mutex
 	conn    *conn
 	revived chan struct{} // closed and replaced at each Reconnect
-	pending int64         // operation still running in the agent after a timeout
+	// sent are the operations sent on conn whose done response has not
+	// been read (one, or two when pipelined; still running after a
+	// timeout until drained).
+	sent []int64
+	// ahead counts operations sent while another was running.
+	ahead int
 
 	// offset maps agent monotonic time to the run's: run = mono - offset.
 	offset int64
-	// skew is half the best ping round trip: the uncertainty of offset.
+	// skew is half the best ping round trip: the uncertainty of offset;
+	// zero when exact.
 	skew time.Duration
+	// exact: the agent reads the clock the run's time base is read from.
+	exact bool
 
 	// info is what the agent's lock client said it is (nil: nothing).
 	info *targets.ClientInfo
@@ -104,7 +113,7 @@ func NewClient(name string, process int, stdin io.WriteCloser, stdout io.Reader,
 func (c *Client) Reconnect(stdin io.WriteCloser, stdout io.Reader, ready func() error) error {
 	c.mu.Lock()
 	c.conn = newConn(stdin, stdout)
-	c.pending = 0
+	c.sent = nil
 	c.mu.Unlock()
 	if err := ready(); err != nil {
 		return err
@@ -211,9 +220,15 @@ func (c *Client) Configure(ctx context.Context, cfg agent.Config) error {
 }
 
 // Sync relates the agent's monotonic clock to the run's with a few pings,
-// keeping the one with the shortest round trip.
+// keeping the one with the shortest round trip. When the agent reads the
+// very clock the run's time base counts from (same kernel boot and time
+// namespace: an agent in a local container), the relation is exact, and
+// every ping must agree with it.
 func (c *Client) Sync(ctx context.Context) error {
 	best := time.Duration(-1)
+	base, shared := c.clock.(interface{ Base() int64 })
+	local := agent.ClockDomain()
+	exact := shared && local != ""
 	for seq := int64(1); seq <= 5; seq++ {
 		t0 := c.clock.Now()
 		if err := c.send(agent.Request{Type: agent.ReqPing, Seq: seq}); err != nil {
@@ -228,6 +243,9 @@ func (c *Client) Sync(ctx context.Context) error {
 				continue
 			}
 			t1 := c.clock.Now()
+			if exact && (r.Clock != local || r.Mono-base.Base() < t0 || r.Mono-base.Base() > t1) {
+				exact = false
+			}
 			if rtt := time.Duration(t1 - t0); best < 0 || rtt < best {
 				best = rtt
 				c.offset = r.Mono - (t0+t1)/2
@@ -236,7 +254,19 @@ func (c *Client) Sync(ctx context.Context) error {
 			break
 		}
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.exact = exact; exact {
+		c.offset, c.skew = base.Base(), 0
+	}
 	return nil
+}
+
+// Exact says whether RunTime is exact: the agent's clock is the run's.
+func (c *Client) Exact() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.exact
 }
 
 // RunTime converts an agent monotonic time to the run's time base; zero
@@ -259,20 +289,43 @@ func (c *Client) Do(ctx context.Context, op agent.OpRequest, timeout time.Durati
 	if err := c.drain(ctx, deadline); err != nil {
 		return agent.Result{}, err
 	}
-	if err := c.send(agent.Request{Type: agent.ReqOp, Op: &op}); err != nil {
+	if err := c.Start(op); err != nil {
 		return agent.Result{}, err
 	}
+	return c.Wait(ctx, op.ID, deadline, onEvent)
+}
+
+// Start sends an operation without waiting for it: the agent runs it after
+// those sent before. Wait for each started operation in the order started.
+func (c *Client) Start(op agent.OpRequest) error {
+	if err := c.send(agent.Request{Type: agent.ReqOp, Op: &op}); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.sent) > 0 {
+		c.ahead++
+	}
+	c.sent = append(c.sent, op.ID)
+	return nil
+}
+
+// Wait waits until deadline for the started operation id to finish,
+// calling onEvent for each of its progress events. On ErrTimeout the
+// operations still sent stay pending: the next Do first waits for them.
+func (c *Client) Wait(ctx context.Context, id int64, deadline time.Time, onEvent func(agent.Response)) (agent.Result, error) {
 	for {
 		r, err := c.recv(ctx, deadline)
 		if err != nil {
-			if errors.Is(err, ErrTimeout) {
-				c.mu.Lock()
-				c.pending = op.ID
-				c.mu.Unlock()
+			if errors.Is(err, ErrCrashed) {
+				c.finished(-1)
 			}
 			return agent.Result{}, err
 		}
-		if r.ID != op.ID {
+		if r.Type == agent.RespDone || r.Type == agent.RespError {
+			c.finished(r.ID)
+		}
+		if r.ID != id {
 			continue
 		}
 		switch r.Type {
@@ -291,26 +344,37 @@ func (c *Client) Do(ctx context.Context, op agent.OpRequest, timeout time.Durati
 	}
 }
 
-// drain waits until deadline for an operation abandoned by a timeout to
+// finished forgets a sent operation whose end was read (-1: all of them,
+// the agent is gone).
+func (c *Client) finished(id int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id < 0 {
+		c.sent = nil
+		return
+	}
+	c.sent = slices.DeleteFunc(c.sent, func(s int64) bool { return s == id })
+}
+
+// drain waits until deadline for operations abandoned by a timeout to
 // finish.
 func (c *Client) drain(ctx context.Context, deadline time.Time) error {
 	for {
 		c.mu.Lock()
-		pending := c.pending
+		pending := len(c.sent)
 		c.mu.Unlock()
 		if pending == 0 {
 			return nil
 		}
 		r, err := c.recv(ctx, deadline)
 		if err != nil {
+			if errors.Is(err, ErrCrashed) {
+				c.finished(-1)
+			}
 			return err
 		}
-		if r.ID == pending && (r.Type == agent.RespDone || r.Type == agent.RespError) {
-			c.mu.Lock()
-			if c.pending == pending {
-				c.pending = 0
-			}
-			c.mu.Unlock()
+		if r.Type == agent.RespDone || r.Type == agent.RespError {
+			c.finished(r.ID)
 		}
 	}
 }

@@ -34,6 +34,12 @@ var transports = []string{transportPipe, transportSocket}
 // (inmem.ParseOptions).
 func pair(t testing.TB, transport string, locks *inmem.Service, opts map[string]string, st *store.Mem) *Client {
 	t.Helper()
+	return pairOn(t, transport, locks, opts, st, history.NewMonotonicClock())
+}
+
+// pairOn is pair with the Client on clock.
+func pairOn(t testing.TB, transport string, locks *inmem.Service, opts map[string]string, st *store.Mem, clock history.Clock) *Client {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	done := make(chan error, 1)
@@ -51,12 +57,12 @@ func pair(t testing.TB, transport string, locks *inmem.Service, opts map[string]
 		outR, outW := io.Pipe()
 		go serve(inR, outW)
 		t.Cleanup(func() { cancel(); inW.Close(); <-done })
-		c = NewClient("c1", 0, inW, outR, history.NewMonotonicClock())
+		c = NewClient("c1", 0, inW, outR, clock)
 	case transportSocket:
 		harnessEnd, agentEnd := socketPair(t)
 		go serve(agentEnd, agentEnd)
 		t.Cleanup(func() { cancel(); harnessEnd.Shutdown(); <-done })
-		c = NewClient("c1", 0, harnessEnd, harnessEnd, history.NewMonotonicClock())
+		c = NewClient("c1", 0, harnessEnd, harnessEnd, clock)
 		if c.current().lines == nil {
 			t.Fatal("a socket is read without a reader goroutine")
 		}

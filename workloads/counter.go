@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"runtime/debug"
 	"slices"
@@ -72,7 +73,10 @@ type CounterOptions struct {
 	// one inside the hold), and InCriticalSection names nobody. The
 	// history is the same either way.
 	Quiet bool
-	Log   *slog.Logger
+	// Serial sends each operation only after the one before it is done,
+	// even where it could be pipelined (see [Counter.Run]).
+	Serial bool
+	Log    *slog.Logger
 }
 
 // New returns the workload called name.
@@ -161,7 +165,13 @@ func (w *Counter) setPhase(client string, a activity) {
 	w.activity[client] = a
 }
 
-// Run implements Workload.
+// Run implements Workload. Each client runs one operation at a time. A
+// Quiet workload whose client reads the run's own clock ([Client.Exact])
+// pipelines them: it sends the next request while the agent runs the
+// current one, so the agent starts the next without a round trip to the
+// harness, and records each operation at the times the agent read,
+// which are exact: its invocation before its first request, its completion
+// after its last reply.
 func (w *Counter) Run(ctx context.Context, clients []*Client, rec *history.Recorder) error {
 	var g errgroup.Group
 	for _, c := range clients {
@@ -178,9 +188,14 @@ func (w *Counter) loop(ctx context.Context, c *Client, n int, rng *rand.Rand, re
 		}
 	}()
 	for ctx.Err() == nil {
-		key := Key(rng.IntN(w.opts.Keys))
 		revived := c.Revived()
-		_, err := w.op(context.WithoutCancel(ctx), c, n, history.FCriticalSection, key, w.opts.Fenced, w.opts.OpTimeout, rec)
+		var err error
+		if w.opts.Quiet && !w.opts.Serial && c.Exact() {
+			err = w.pipeline(ctx, c, n, rng, rec)
+		} else {
+			key := Key(rng.IntN(w.opts.Keys))
+			_, err = w.op(context.WithoutCancel(ctx), c, n, history.FCriticalSection, key, w.opts.Fenced, w.opts.OpTimeout, rec)
+		}
 		if errors.Is(err, ErrCrashed) {
 			// Its node was killed: wait until a restart reconnects it.
 			w.opts.Log.Info("client crashed; waiting for its restart", "client", c.Name, "err", err)
@@ -198,12 +213,7 @@ func (w *Counter) loop(ctx context.Context, c *Client, n int, rng *rand.Rand, re
 // is the control channel's, if any (the operation is then recorded as
 // unknown).
 func (w *Counter) op(ctx context.Context, c *Client, n int, f, key string, fenced bool, timeout time.Duration, rec *history.Recorder) (history.Event, error) {
-	id := w.ids.Add(1)
-	bypass := f == history.FCriticalSection && slices.Contains(w.opts.Bypass, c.Name)
-	if bypass {
-		fenced = false
-	}
-	inv := history.Event{Type: history.Invoke, Process: c.Process, Client: c.Name, ID: id, F: f, Key: key, Fenced: fenced, Bypass: bypass}
+	req, inv := w.newOp(c, f, key, fenced)
 	var onEvent func(agent.Response)
 	if f == history.FCriticalSection && !w.opts.Quiet {
 		w.setPhase(c.Name, activity{phase: Acquiring, key: key})
@@ -217,31 +227,128 @@ func (w *Counter) op(ctx context.Context, c *Client, n int, f, key string, fence
 			}
 		}
 	}
+	inv.Process = c.Process
 	rec.Record(inv)
-	res, err := c.Do(ctx, agent.OpRequest{ID: id, F: f, Key: key, Fenced: fenced, Bypass: bypass, Quiet: w.opts.Quiet}, timeout, onEvent)
-	done := inv
+	res, err := c.Do(ctx, req, timeout, onEvent)
 	if err != nil {
-		done.Type, done.Error, done.Message = history.Info, history.ErrTimeout, err.Error()
-		if errors.Is(err, ErrCrashed) {
-			done.Error = history.ErrCrashed
-		}
-		done = rec.Record(done)
+		done := rec.Record(unknown(inv, err))
 		// Like Jepsen: a process whose outcome is unknown is replaced by a
 		// new one, so no process has two operations in flight.
 		c.Process += n
 		return done, err
 	}
+	done := rec.Record(w.completion(c, inv, res))
+	if res.Type == history.Info {
+		c.Process += n
+	}
+	return done, nil
+}
+
+// newOp returns the request of a new operation and its invocation, whose
+// process and time are set when it is recorded.
+func (w *Counter) newOp(c *Client, f, key string, fenced bool) (agent.OpRequest, history.Event) {
+	id := w.ids.Add(1)
+	bypass := f == history.FCriticalSection && slices.Contains(w.opts.Bypass, c.Name)
+	if bypass {
+		fenced = false
+	}
+	inv := history.Event{Type: history.Invoke, Client: c.Name, ID: id, F: f, Key: key, Fenced: fenced, Bypass: bypass}
+	return agent.OpRequest{ID: id, F: f, Key: key, Fenced: fenced, Bypass: bypass, Quiet: w.opts.Quiet}, inv
+}
+
+// completion is inv's completion as the agent reported it.
+func (w *Counter) completion(c *Client, inv history.Event, res agent.Result) history.Event {
+	done := inv
 	done.Type, done.Error, done.Message = res.Type, res.Error, res.Message
 	done.Token, done.Read, done.Write = res.Token, res.Read, res.Write
 	done.ReleaseError = res.ReleaseError
 	done.Acquired, done.Released = certainHold(c.RunTime(res.AcquiredMono), c.RunTime(res.ReleasedMono), c.Skew())
 	done.WriteAt = c.RunTime(res.WriteMono)
 	done.Wait, done.Hold, done.RenewFailures = res.Wait, res.Hold, res.RenewFailures
-	done = rec.Record(done)
-	if res.Type == history.Info {
+	return done
+}
+
+// unknown is the completion of inv when the control channel failed (err):
+// its outcome is unknown.
+func unknown(inv history.Event, err error) history.Event {
+	done := inv
+	done.Type, done.Error, done.Message = history.Info, history.ErrTimeout, err.Error()
+	if errors.Is(err, ErrCrashed) {
+		done.Error = history.ErrCrashed
+	}
+	return done
+}
+
+// started is a pipelined operation: sent, its end not yet read.
+type started struct {
+	req agent.OpRequest
+	inv history.Event
+}
+
+// pipeline runs critical sections on c until ctx is done or the control
+// channel fails, keeping the next one sent while the agent runs the
+// current one. Times come from the agent's clock, which is the run's
+// (c.Exact), and go through a slot of rec: an invocation at the agent's
+// start (no earlier than the slot's bound: the end of the operation
+// before, or when the slot opened), a completion at its end. An operation
+// whose end is not known (a timeout, a crash) is invoked at the slot's
+// bound and ends unknown now; so is the one sent after it, which the
+// agent may run after the first one finishes.
+func (w *Counter) pipeline(ctx context.Context, c *Client, n int, rng *rand.Rand, rec *history.Recorder) error {
+	if err := c.drain(ctx, time.Now().Add(w.opts.OpTimeout)); err != nil {
+		return err
+	}
+	slot := rec.Reserve()
+	defer slot.Close()
+	var queue []started
+	start := func() error {
+		req, inv := w.newOp(c, history.FCriticalSection, Key(rng.IntN(w.opts.Keys)), w.opts.Fenced)
+		queue = append(queue, started{req, inv})
+		return c.Start(req)
+	}
+	err := start()
+	var last time.Time // once ctx is done: the end of waiting for what is in flight
+	for err == nil && len(queue) > 0 {
+		if ctx.Err() == nil && len(queue) < 2 {
+			if err = start(); err != nil {
+				break
+			}
+		}
+		deadline := time.Now().Add(w.opts.OpTimeout)
+		if ctx.Err() != nil {
+			if last.IsZero() {
+				last = deadline
+			}
+			deadline = last
+		}
+		cur := queue[0]
+		var res agent.Result
+		if res, err = c.Wait(context.WithoutCancel(ctx), cur.req.ID, deadline, nil); err != nil {
+			break
+		}
+		queue = queue[1:]
+		cur.inv.Process = c.Process
+		slot.Record(cur.inv, c.RunTime(res.StartMono))
+		end := c.RunTime(res.EndMono)
+		if end == 0 {
+			end = math.MaxInt64 // not said: now
+		}
+		slot.Record(w.completion(c, cur.inv, res), end)
+		if res.Type == history.Info {
+			c.Process += n
+		}
+	}
+	// The rest were sent (or failed to be) and their ends are unknown: each
+	// may have started as early as the bound, each on a process of its own.
+	for i := range queue {
+		queue[i].inv.Process = c.Process
+		queue[i].inv = slot.Record(queue[i].inv, 0)
 		c.Process += n
 	}
-	return done, nil
+	for _, s := range queue {
+		slot.Record(unknown(s.inv, err), math.MaxInt64)
+	}
+	return err
 }
 
 // certainHold returns the part of a hold [acquired, released] (run times

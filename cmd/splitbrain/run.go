@@ -70,6 +70,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	f.BoolVar(&cfg.Keep, "keep", false, "leave containers and the network after the run")
 	f.StringArrayVar(&recipeOpts, "recipe-opt", nil, "lock recipe option key=value (repeatable); each target's:"+recipeOptionsHelp())
 	f.StringVar(&cfg.Bypass, "bypass-clients", "", "clients (c1,c2) that write without lock or token: a bypass writer")
+	f.BoolVar(&cfg.Serial, "serial", false, "send a client's next operation only when its previous one is done (by default it is sent ahead when no fault targets lock holders and the agent reads the harness's clock)")
 	f.StringVar(&cfg.Client, "client", "", "lock client: a library that serves the target"+clientsHelp()+"\n  or the command line of your own adapter (docs/client-protocol.md), e.g. 'python3 my_lock.py'")
 	f.StringVar(&cfg.ClientFiles, "client-files", "", "directory whose files go into the client image, in the adapter's working directory (with --client CMD)")
 	f.StringSliceVar(&cfg.ClientPackages, "client-packages", nil, "Debian packages the client image gets for your adapter (with --client CMD)")

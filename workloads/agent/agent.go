@@ -8,9 +8,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"strings"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/splitbrain/splitbrain/history"
 	"github.com/splitbrain/splitbrain/targets"
@@ -31,26 +31,34 @@ type Deps struct {
 	// in-memory runtime uses it to freeze an agent as SIGSTOP would.
 	Step func()
 	// Mono reads the monotonic clock in ns; nil means CLOCK_MONOTONIC by
-	// system call.
+	// system call (history.MonotonicNow), and then the agent tells the
+	// harness which clock that is (pong's clock).
 	Mono func() int64
 	Log  *slog.Logger
 }
 
-// MonotonicNow reads CLOCK_MONOTONIC with a real system call, not the vDSO,
-// so a clock nemesis that patches the process's vDSO does not move it.
-func MonotonicNow() int64 {
-	var ts unix.Timespec
-	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
-		return time.Now().UnixNano()
+// ClockDomain names the CLOCK_MONOTONIC this process reads: the kernel's
+// boot and the process's time namespace. Two processes with the same
+// non-empty domain read the same clock (containers on one engine share the
+// host's unless given a time namespace). Empty when it cannot tell.
+func ClockDomain() string {
+	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	if err != nil {
+		return ""
 	}
-	return ts.Nano()
+	ns, err := os.Readlink("/proc/self/ns/time")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(boot)) + " " + ns
 }
 
 // Serve runs the agent protocol over in and out until in is closed, a stop
 // request arrives, or ctx is done.
 func Serve(ctx context.Context, in io.Reader, out io.Writer, deps Deps) error {
+	var domain string
 	if deps.Mono == nil {
-		deps.Mono = MonotonicNow
+		deps.Mono, domain = history.MonotonicNow, ClockDomain()
 	}
 	if deps.Step == nil {
 		deps.Step = func() {}
@@ -94,7 +102,7 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, deps Deps) error {
 		}
 		switch req.Type {
 		case ReqPing:
-			a.send(Response{Type: RespPong, Seq: req.Seq, Mono: a.deps.Mono()})
+			a.send(Response{Type: RespPong, Seq: req.Seq, Mono: a.deps.Mono(), Clock: domain})
 		case ReqConfig:
 			if err := a.configure(ctx, req.Config); err != nil {
 				a.send(Response{Type: RespError, Error: err.Error()})
@@ -106,7 +114,9 @@ func Serve(ctx context.Context, in io.Reader, out io.Writer, deps Deps) error {
 				a.send(Response{Type: RespError, ID: opID(req.Op), Error: "operation before config"})
 				continue
 			}
-			res := a.do(ctx, *req.Op)
+			start := a.deps.Mono()
+			res := a.do(ctx, *req.Op, start)
+			res.StartMono, res.EndMono = start, a.deps.Mono()
 			a.send(Response{Type: RespDone, ID: req.Op.ID, Result: &res})
 		case ReqStop:
 			return nil
@@ -193,12 +203,12 @@ func storeKind(err error) (history.Type, string) {
 	}
 }
 
-func (a *agent) do(ctx context.Context, op OpRequest) Result {
+func (a *agent) do(ctx context.Context, op OpRequest, start int64) Result {
 	switch op.F {
 	case history.FRead:
 		return a.read(ctx, op)
 	case history.FCriticalSection:
-		return a.criticalSection(ctx, op)
+		return a.criticalSection(ctx, op, start)
 	default:
 		return Result{Type: history.Fail, Error: "bad-request", Message: fmt.Sprintf("unknown operation %q", op.F)}
 	}
@@ -214,11 +224,10 @@ func (a *agent) read(ctx context.Context, op OpRequest) Result {
 
 // criticalSection takes the lock, reads the counter, works, writes read+1
 // and releases. Whatever the outcome, the lock is released if it was taken.
-func (a *agent) criticalSection(ctx context.Context, op OpRequest) (res Result) {
+func (a *agent) criticalSection(ctx context.Context, op OpRequest, start int64) (res Result) {
 	if op.Bypass {
 		return a.readModifyWrite(ctx, op, 0)
 	}
-	start := a.deps.Mono()
 	actx, cancel := context.WithTimeout(ctx, time.Duration(a.cfg.AcquireTimeout))
 	lease, err := a.locker.Acquire(actx, op.Key)
 	cancel()

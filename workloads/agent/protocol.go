@@ -5,7 +5,9 @@
 //
 // The protocol is JSON lines. The harness sends a [Request]: first a config,
 // then pings (to relate the agent's monotonic clock to the harness's), then
-// operations one at a time. For each operation the agent streams the
+// operations, which the agent runs one at a time in the order sent (the
+// harness may send the next before the current one is done: the agent
+// then starts it without waiting for a round trip). For each operation the agent streams the
 // progress events the harness acts on while the operation runs (acquired:
 // the client now holds a lock, a fault may target it; write: it is past the
 // point where a fault would make a late write), unless the request is
@@ -107,6 +109,9 @@ type Response struct {
 	// Client, on ready, says what the lock client is when the agent
 	// learnt it at run time (an adapter's handshake).
 	Client *targets.ClientInfo `json:"client,omitempty"`
+	// Clock, on pong, names the clock Mono is read from ([ClockDomain]);
+	// empty when the agent reads some other clock.
+	Clock string `json:"clock,omitempty"`
 }
 
 // Result is an operation's outcome.
@@ -119,8 +124,11 @@ type Result struct {
 	Write   *history.Value `json:"write,omitempty"`
 	// ReleaseError is the error kind of a failed release.
 	ReleaseError string `json:"release_error,omitempty"`
-	// Monotonic times (agent clock, ns) of the grant, the write and the
-	// release; zero when the step did not happen.
+	// Monotonic times (agent clock, ns) of the operation's start (before
+	// its first request) and end (after its last reply), of the grant, the
+	// write and the release; zero when the step did not happen.
+	StartMono    int64 `json:"start_mono,omitempty"`
+	EndMono      int64 `json:"end_mono,omitempty"`
 	AcquiredMono int64 `json:"acquired_mono,omitempty"`
 	WriteMono    int64 `json:"write_mono,omitempty"`
 	ReleasedMono int64 `json:"released_mono,omitempty"`
