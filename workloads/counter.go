@@ -173,6 +173,15 @@ func (w *Counter) setPhase(client string, a activity) {
 // which are exact: its invocation before its first request, its completion
 // after its last reply.
 func (w *Counter) Run(ctx context.Context, clients []*Client, rec *history.Recorder) error {
+	if w.opts.Quiet && !w.opts.Serial {
+		exact := 0
+		for _, c := range clients {
+			if c.Exact() {
+				exact++
+			}
+		}
+		w.opts.Log.Info("clients pipelined: their operations are timed by their agents on the harness's clock", "pipelined", exact, "clients", len(clients))
+	}
 	var g errgroup.Group
 	for _, c := range clients {
 		rng := rand.New(rand.NewPCG(w.opts.Seed, uint64(c.Process)+1))

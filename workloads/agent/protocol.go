@@ -6,15 +6,15 @@
 // The protocol is JSON lines. The harness sends a [Request]: first a config,
 // then pings (to relate the agent's monotonic clock to the harness's), then
 // operations, which the agent runs one at a time in the order sent (the
-// harness may send the next before the current one is done: the agent
-// then starts it without waiting for a round trip). For each operation the agent streams the
-// progress events the harness acts on while the operation runs (acquired:
-// the client now holds a lock, a fault may target it; write: it is past the
-// point where a fault would make a late write), unless the request is
-// [OpRequest.Quiet], and then one done [Response] with the [Result], which
-// carries every step's time. Event times are the
-// agent's CLOCK_MONOTONIC, read with a real system call so that a skewed
-// vDSO clock does not move them.
+// harness may send the next before the current one is done, and the agent
+// then starts it without a round trip). For each operation the agent
+// streams the progress events the harness acts on while the operation runs
+// (acquired: the client now holds a lock, a fault may target it; write: it
+// is past the point where a fault would make a late write), unless the
+// request is [OpRequest.Quiet], and then one done [Response] with the
+// [Result], which carries every step's time. Event times are the agent's
+// CLOCK_MONOTONIC, read with a real system call so that a skewed vDSO clock
+// does not move them.
 package agent
 
 import (
