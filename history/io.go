@@ -17,7 +17,8 @@ var ErrCorrupt = errors.New("malformed history")
 
 // Writer appends events to a history file. Each event is written with one
 // write(2) of a whole line to a file opened with O_APPEND, so a crash of the
-// harness loses at most the event being written.
+// harness loses at most the event being written (and those a [Recorder]
+// still holds back for a [Slot]).
 //
 // A Writer is safe for concurrent use.
 type Writer struct {

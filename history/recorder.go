@@ -67,6 +67,10 @@ func (c *ManualClock) Advance(d time.Duration) {
 // a clock the harness shares) are recorded through a [Slot]: while a slot
 // is open, events later than its bound are held back, and written once no
 // open slot can still take an earlier one. The file stays in time order.
+// Held events are in memory only: a few milliseconds' worth while every
+// pipelined operation completes, up to the client's operation timeout
+// while one hangs. Closing the slots (every path of a run but SIGKILL)
+// writes them.
 //
 // A Recorder is safe for concurrent use.
 type Recorder struct {
@@ -180,13 +184,6 @@ func (s *Slot) Record(e Event, at int64) Event {
 	s.from = e.Time
 	r.add(e)
 	return e
-}
-
-// Bound is the earliest time the slot's next event may take.
-func (s *Slot) Bound() int64 {
-	s.r.mu.Lock()
-	defer s.r.mu.Unlock()
-	return s.from
 }
 
 // Close releases the slot; the events it held back are appended.

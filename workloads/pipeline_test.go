@@ -3,6 +3,7 @@ package workloads
 import (
 	"context"
 	"fmt"
+	"net"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -15,24 +16,55 @@ import (
 	"github.com/splitbrain/splitbrain/workloads/agent"
 )
 
-// pipelineRun runs a quiet counter on one key for d with clients agents
-// over console sockets, all on the recorder's clock, and returns the
-// history as read back (so validated) and the clients.
-func pipelineRun(t *testing.T, opts CounterOptions, clients int, d time.Duration, st *store.Mem) ([]history.Event, []*Client) {
+// newHistory returns a recorder on a fresh history file and a function
+// that closes the file and reads it back (so validates it).
+func newHistory(t *testing.T) (*history.Recorder, func() []history.Event) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "history.jsonl")
 	hw, err := history.Create(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := history.NewRecorder(hw, history.NewMonotonicClock())
-	locks := inmem.NewService(inmem.Options{})
-	var cs []*Client
-	for i := range clients {
-		c := pairOn(t, transportSocket, locks, nil, st, rec.Clock())
-		c.Name, c.Process = fmt.Sprintf("c%d", i+1), i
-		cs = append(cs, c)
+	t.Cleanup(func() { _ = hw.Close() })
+	return history.NewRecorder(hw, history.NewMonotonicClock()), func() []history.Event {
+		t.Helper()
+		if err := hw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		events, _, err := history.ReadFile(path)
+		if err != nil {
+			t.Fatalf("the history does not read back: %v", err)
+		}
+		return events
 	}
+}
+
+// socketAgent serves an agent built from deps (the in-memory lock service
+// added) on one end of a socket pair and returns a configured, synced
+// Client on clock at the other, and the agent's end: closing it is the
+// agent's death.
+func socketAgent(t *testing.T, deps agent.Deps, clock history.Clock) (*Client, *net.UnixConn) {
+	t.Helper()
+	harnessEnd, agentEnd := socketPair(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	deps.Lockers = map[string]targets.LockerFactory{inmem.Kind: inmem.NewService(inmem.Options{}).Factory()}
+	go func() { served <- agent.Serve(ctx, agentEnd, agentEnd, deps) }()
+	t.Cleanup(func() { cancel(); harnessEnd.Shutdown(); <-served })
+	c := NewClient("c1", 0, harnessEnd, harnessEnd, clock)
+	recipe := targets.RecipeConfig{Kind: inmem.Kind, TTL: targets.Duration(time.Minute)}
+	if err := c.Configure(ctx, agent.Config{Client: "c1", Recipe: recipe, AcquireTimeout: targets.Duration(time.Second), ReleaseTimeout: targets.Duration(time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return c, agentEnd
+}
+
+// runFor runs a counter with opts on cs for d.
+func runFor(t *testing.T, opts CounterOptions, cs []*Client, rec *history.Recorder, d time.Duration) {
+	t.Helper()
 	w, err := New(UnfencedCounter, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -42,14 +74,23 @@ func pipelineRun(t *testing.T, opts CounterOptions, clients int, d time.Duration
 	if err := w.Run(ctx, cs, rec); err != nil {
 		t.Fatal(err)
 	}
-	if err := hw.Close(); err != nil {
-		t.Fatal(err)
+}
+
+// pipelineRun runs a quiet counter on one key for d with clients agents
+// over console sockets, all on the recorder's clock, and returns the
+// history as read back and the clients.
+func pipelineRun(t *testing.T, opts CounterOptions, clients int, d time.Duration, st *store.Mem) ([]history.Event, []*Client) {
+	t.Helper()
+	rec, finish := newHistory(t)
+	locks := inmem.NewService(inmem.Options{})
+	var cs []*Client
+	for i := range clients {
+		c := pairOn(t, transportSocket, locks, nil, st, rec.Clock())
+		c.Name, c.Process = fmt.Sprintf("c%d", i+1), i
+		cs = append(cs, c)
 	}
-	events, _, err := history.ReadFile(path)
-	if err != nil {
-		t.Fatalf("the history does not read back: %v", err)
-	}
-	return events, cs
+	runFor(t, opts, cs, rec, d)
+	return finish(), cs
 }
 
 // TestPipeline: a quiet counter whose agents read the run's clock sends a
@@ -149,63 +190,49 @@ func TestPipelineTimeout(t *testing.T) {
 // the one sent after it end crashed, each on a process of its own, and the
 // history reads back.
 func TestPipelineCrash(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "history.jsonl")
-	hw, err := history.Create(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec := history.NewRecorder(hw, history.NewMonotonicClock())
-	harnessEnd, agentEnd := socketPair(t)
+	rec, finish := newHistory(t)
 	st := store.NewMem(nil)
+	var agentEnd atomic.Pointer[net.UnixConn]
 	var n atomic.Int64
 	st.SetGate(func(ctx context.Context) error {
 		if n.Add(1) == 20 {
-			agentEnd.Close() // the agent's node dies mid-operation
+			agentEnd.Load().Close() // the agent's node dies mid-operation
 		}
 		return nil
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	served := make(chan error, 1)
-	go func() {
-		served <- agent.Serve(ctx, agentEnd, agentEnd, agent.Deps{
-			Lockers:   map[string]targets.LockerFactory{inmem.Kind: inmem.NewService(inmem.Options{}).Factory()},
-			DialStore: func(string, time.Duration) agent.Store { return st },
-		})
-	}()
-	c := NewClient("c1", 0, harnessEnd, harnessEnd, rec.Clock())
-	recipe := targets.RecipeConfig{Kind: inmem.Kind, TTL: targets.Duration(time.Minute)}
-	if err := c.Configure(ctx, agent.Config{Client: "c1", Recipe: recipe, AcquireTimeout: targets.Duration(time.Second), ReleaseTimeout: targets.Duration(time.Second)}); err != nil {
-		t.Fatal(err)
+	c, end := socketAgent(t, agent.Deps{DialStore: func(string, time.Duration) agent.Store { return st }}, rec.Clock())
+	agentEnd.Store(end)
+	if !c.Exact() {
+		t.Fatal("an agent on the harness's clock is not taken as exact")
 	}
-	if err := c.Sync(ctx); err != nil || !c.Exact() {
-		t.Fatalf("sync: %v, exact %v", err, c.Exact())
-	}
-	w, err := New(UnfencedCounter, CounterOptions{Keys: 1, Quiet: true, OpTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rctx, rcancel := context.WithTimeout(ctx, 500*time.Millisecond)
-	defer rcancel()
-	if err := w.Run(rctx, []*Client{c}, rec); err != nil {
-		t.Fatal(err)
-	}
-	cancel()
-	<-served
-	if err := hw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	events, _, err := history.ReadFile(path)
-	if err != nil {
-		t.Fatalf("the history does not read back: %v", err)
-	}
+	runFor(t, CounterOptions{Keys: 1, Quiet: true, OpTimeout: 5 * time.Second}, []*Client{c}, rec, 500*time.Millisecond)
 	var crashed []history.Event
-	for _, e := range events {
+	for _, e := range finish() {
 		if e.Type == history.Info {
 			crashed = append(crashed, e)
 		}
 	}
 	if len(crashed) != 2 || crashed[0].Error != history.ErrCrashed || crashed[0].Process == crashed[1].Process {
 		t.Fatalf("want two crashed outcomes on two processes, got %+v", crashed)
+	}
+}
+
+// TestNotExact: a client whose agent reads another clock is not exact, and
+// a quiet counter then runs it serially, stamping times itself.
+func TestNotExact(t *testing.T) {
+	rec, finish := newHistory(t)
+	c, _ := socketAgent(t, agent.Deps{
+		DialStore: func(string, time.Duration) agent.Store { return store.NewMem(nil) },
+		Mono:      func() int64 { return history.MonotonicNow() + int64(time.Millisecond) }, // 1 ms off
+	}, rec.Clock())
+	if c.Exact() {
+		t.Fatal("an agent on another clock is taken as exact")
+	}
+	runFor(t, CounterOptions{Keys: 1, Quiet: true, OpTimeout: 5 * time.Second}, []*Client{c}, rec, 100*time.Millisecond)
+	if c.ahead != 0 {
+		t.Fatalf("%d operations sent ahead to an agent on another clock", c.ahead)
+	}
+	if len(finish()) == 0 {
+		t.Fatal("nothing recorded")
 	}
 }

@@ -195,8 +195,8 @@ func TestProtocol(t *testing.T) {
 				if r.Type != x.want || r.ID != x.id || (r.Type == agent.RespError) != (r.Error != "") {
 					t.Fatalf("exchange %d: got %+v, want %s for id %d", i, r, x.want, x.id)
 				}
-				if r.Type == agent.RespPong && (r.Seq != 3 || r.Mono != 42) {
-					t.Fatalf("pong %+v: want seq 3 and the agent's clock", r)
+				if r.Type == agent.RespPong && (r.Seq != 3 || r.Mono != 42 || r.Clock != "") {
+					t.Fatalf("pong %+v: want seq 3 and the agent's clock, not named (it is not CLOCK_MONOTONIC)", r)
 				}
 			}
 			// Still serving after whatever came before.
@@ -461,5 +461,27 @@ func TestStepFreezes(t *testing.T) {
 	}
 	if r := s.recv(); r.Type != agent.RespDone || r.Result.Type != history.OK {
 		t.Fatalf("after thawing: %+v", r)
+	}
+}
+
+// TestPongNamesClock: an agent on CLOCK_MONOTONIC names its clock in each
+// pong (so the harness can tell whether it reads the same one), and the
+// pong's reading is that clock's.
+func TestPongNamesClock(t *testing.T) {
+	domain := agent.ClockDomain()
+	if domain == "" {
+		t.Fatal("no clock domain on this machine (no /proc/sys/kernel/random/boot_id or /proc/self/ns/time)")
+	}
+	s := serve(t, agent.Deps{})
+	before := history.MonotonicNow()
+	s.send(agent.Request{Type: agent.ReqPing, Seq: 1})
+	r := s.recv()
+	after := history.MonotonicNow()
+	if r.Type != agent.RespPong || r.Clock != domain || r.Mono < before || r.Mono > after {
+		t.Fatalf("pong %+v: want clock %q and a reading in [%d, %d]", r, domain, before, after)
+	}
+	s.send(agent.Request{Type: agent.ReqStop})
+	if err := s.ended(); err != nil {
+		t.Fatal(err)
 	}
 }
