@@ -627,13 +627,23 @@ func Catalogue() []Scenario {
 		},
 		{
 			Name: "slow-store-late-write", AntiPattern: 0, Needs: []Need{FixedTTL, Fencing},
-			Title: "a slow link from the holder to the store (¾ TTL on each request it sends): its read lands within its lease, its write after it, behind the next holder's read: fencing refuses the late write",
+			Title: "a slow link from the holder to the store (¾ TTL on each request it sends, half a TTL of work): its write lands after its lease expired, behind the next holder's read: fencing refuses the late write",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", packet.Name, 1, 3
 				p := nemesis.SpecOf[*packet.Spec](c.Faults)
 				p.Effects, p.Links, p.Direction, p.Clients = nemesis.List{packet.Latency}, nemesis.List{packet.LinkStore}, packet.To, packet.Holder
 				p.Latency = c.LeaseTTL * 3 / 4
-				c.Work, c.NemesisInterval = 300*time.Millisecond, 2*time.Second
+				// The fault lands just after a grant, when the holder's
+				// read is often already sent: its write alone is slow.
+				// Half a TTL of work puts that write past the lease
+				// (sent at ½ TTL, it lands at 1¼ TTL, a quarter after
+				// the next holder's grant and read), so every section
+				// the fault reaches has a late write. With 300 ms of
+				// work it landed within the lease, and a rejection
+				// needed the same holder to take the lock again while
+				// the fault lasted: missed in 1 run of 8, and in 1 of 8
+				// with faults of 3 TTLs (another client kept the lock).
+				c.Work, c.NemesisInterval = c.LeaseTTL/2, 2*time.Second
 				c.StoreTimeout = 2 * c.LeaseTTL
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), MinRejections: 1},
