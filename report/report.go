@@ -12,7 +12,6 @@ package report
 
 import (
 	"bytes"
-	"context"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -107,7 +106,7 @@ func renderReport(w io.Writer, root *os.Root) error {
 	case !noHistory:
 		return fmt.Errorf("report of %s: %w", root.Name(), err)
 	}
-	return renderRun(w, root, run, checkers.NewInput(events), noHistory)
+	return renderRun(w, root, explainRun(run, checkers.NewInput(events), 0), noHistory)
 }
 
 // WriteRun renders the report of run and its history's events to
@@ -120,20 +119,25 @@ func WriteRun(dir string, run *Run, events []history.Event) error {
 
 // WriteRunInput is [WriteRun] for a history already paired.
 func WriteRunInput(dir string, run *Run, in checkers.Input) error {
+	return ExplainRun(run, in).WriteRun(dir)
+}
+
+// WriteRun renders the run's report to dir/report.html as [WriteRun] does.
+func (x *Explained) WriteRun(dir string) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		return fmt.Errorf("write report: %w", err)
 	}
 	defer root.Close()
 	var buf bytes.Buffer
-	if err := renderRun(&buf, root, run, in, false); err != nil {
+	if err := renderRun(&buf, root, x, false); err != nil {
 		return err
 	}
 	return replaceReport(root, buf.Bytes())
 }
 
-func renderRun(w io.Writer, root *os.Root, run *Run, in checkers.Input, noHistory bool) error {
-	page := buildPage(root, run, in, noHistory)
+func renderRun(w io.Writer, root *os.Root, x *Explained, noHistory bool) error {
+	page := buildPage(root, x, noHistory)
 	if err := templates.ExecuteTemplate(w, "report", page); err != nil {
 		return fmt.Errorf("render report of %s: %w", root.Name(), err)
 	}
@@ -219,8 +223,9 @@ type reportPage struct {
 	Lines []VerdictLine
 }
 
-func buildPage(root *os.Root, run *Run, in checkers.Input, noHistory bool) *reportPage {
+func buildPage(root *os.Root, x *Explained, noHistory bool) *reportPage {
 	start := time.Now()
+	run, in, anomalies := x.run, x.in, x.anomalies
 	faults := run.Faults
 	if len(faults) == 0 && len(in.Faults) > 0 {
 		faults = checkers.Windows(in.Faults)
@@ -232,16 +237,6 @@ func buildPage(root *os.Root, run *Run, in checkers.Input, noHistory bool) *repo
 		Verdict:   run.Valid.String(),
 		NoHistory: noHistory,
 		Generated: time.Now().UTC().Format(time.RFC3339),
-	}
-	var illegal []string
-	if d := run.Checkers.Linearizable(); d != nil {
-		illegal = d.IllegalKeys
-	}
-	var anomalies []Anomaly
-	if run.Valid != checkers.Valid {
-		// A valid history has nothing to explain (see Explain), as in
-		// WriteVerdict: the explainer's index is not built for it.
-		anomalies = explainInput(context.Background(), in, ExplainOptions{LeaseTTL: run.Config.LeaseTTL, IllegalKeys: illegal, Origin: run.TestStart, Summary: run.Checkers.Summary()})
 	}
 	p.Headline = headline(run, anomalies, "below")
 	p.Lines = verdictLines(run, tf)

@@ -242,3 +242,61 @@ func TestTimesCountFromTestStart(t *testing.T) {
 	}
 	t.Log(out.String())
 }
+
+// TestExplainedOnce checks that one explanation serves both outputs of
+// `splitbrain check`: its verdict is the one printed alone, and its page
+// the one rendered from the run directory, for every corpus history.
+func TestExplainedOnce(t *testing.T) {
+	entries, err := os.ReadDir(filepath.Join("..", "checkers", "testdata"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	footer := regexp.MustCompile(`<footer>.*</footer>`)
+	n := 0
+	for _, e := range entries {
+		if !e.IsDir() || strings.HasSuffix(e.Name(), "-badinput") || e.Name() == "fuzz" {
+			continue
+		}
+		n++
+		t.Run(e.Name(), func(t *testing.T) {
+			evs := testdata(t, e.Name())
+			dir := fixture(t, t.TempDir(), evs, nil)
+			run, err := LoadRun(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := checkers.NewInput(evs)
+			x := ExplainRun(run, in)
+			if run.Valid == checkers.Invalid && len(x.anomalies) == 0 || run.Valid == checkers.Valid && len(x.anomalies) > 0 {
+				t.Errorf("verdict %s with %d anomalies explained", run.Valid, len(x.anomalies))
+			}
+			var shared, alone strings.Builder
+			if err := x.WriteVerdict(&shared); err != nil {
+				t.Fatal(err)
+			}
+			if err := WriteVerdictInput(&alone, run, in); err != nil {
+				t.Fatal(err)
+			}
+			if shared.String() != alone.String() {
+				t.Errorf("verdict from the page's explanation:\n%s\nprinted alone:\n%s", shared.String(), alone.String())
+			}
+			var rendered bytes.Buffer
+			if err := Render(&rendered, dir); err != nil {
+				t.Fatal(err)
+			}
+			if err := x.WriteRun(dir); err != nil {
+				t.Fatal(err)
+			}
+			page, err := os.ReadFile(filepath.Join(dir, ReportFile))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if footer.ReplaceAllString(string(page), "") != footer.ReplaceAllString(rendered.String(), "") {
+				t.Errorf("page from the shared explanation differs from the one rendered from %s", dir)
+			}
+		})
+	}
+	if n < 20 {
+		t.Fatalf("%d corpus histories, want the checkers' corpus", n)
+	}
+}

@@ -109,20 +109,47 @@ func WriteVerdict(w io.Writer, run *Run, events []history.Event) error {
 
 // WriteVerdictInput is [WriteVerdict] for a history already paired (the
 // Input the run was judged on, whose derived data is then not computed
-// again).
+// again). It verifies one window with the linearizability checker, where
+// the page verifies up to 50.
 func WriteVerdictInput(w io.Writer, run *Run, in checkers.Input) error {
-	tf := newTimeFmt(in.End, run.TestStart)
-	var illegal []string
-	if d := run.Checkers.Linearizable(); d != nil {
-		illegal = d.IllegalKeys
-	}
-	var anomalies []Anomaly
+	return explainRun(run, in, 1).WriteVerdict(w)
+}
+
+// Explained is a judged run with its history and the history's anomalies,
+// found once, so that its verdict lines and its page do not each run the
+// explainer (most of their cost on a large violating history).
+type Explained struct {
+	run       *Run
+	in        checkers.Input
+	anomalies []Anomaly
+}
+
+// ExplainRun explains the anomalies of run's history in as report.html
+// does (up to 50 windows verified); a valid run has none.
+func ExplainRun(run *Run, in checkers.Input) *Explained {
+	return explainRun(run, in, 0)
+}
+
+// explainRun is [ExplainRun] verifying up to verify windows (zero: 50).
+func explainRun(run *Run, in checkers.Input, verify int) *Explained {
+	x := &Explained{run: run, in: in}
 	if run.Valid != checkers.Valid {
 		// A valid history has nothing to explain (see Explain); skipping
 		// the explainer's index keeps a large history's check within its
 		// memory.
-		anomalies = explainInput(context.Background(), in, ExplainOptions{LeaseTTL: run.Config.LeaseTTL, IllegalKeys: illegal, Origin: run.TestStart, Verify: 1, Summary: run.Checkers.Summary()})
+		var illegal []string
+		if d := run.Checkers.Linearizable(); d != nil {
+			illegal = d.IllegalKeys
+		}
+		x.anomalies = explainInput(context.Background(), in, ExplainOptions{LeaseTTL: run.Config.LeaseTTL, IllegalKeys: illegal, Origin: run.TestStart, Verify: verify, Summary: run.Checkers.Summary()})
 	}
+	return x
+}
+
+// WriteVerdict prints the run's verdict as [WriteVerdict] does.
+func (x *Explained) WriteVerdict(w io.Writer) error {
+	run, anomalies := x.run, x.anomalies
+	tf := newTimeFmt(x.in.End, run.TestStart)
 	var b strings.Builder
 	fmt.Fprintf(&b, "verdict: %s — %s\n", run.Valid, strings.TrimPrefix(headline(run, anomalies, "in report.html"), "Unknown — "))
 	for _, l := range verdictLines(run, tf) {

@@ -50,11 +50,26 @@ func newCheckCmd(_ *globalFlags) *cobra.Command {
 				if err := enc.Encode(res); err != nil {
 					return err
 				}
-			} else if err := report.WriteVerdictInput(cmd.OutOrStdout(), res, rc.Input); err != nil {
+			}
+			// The verdict and the page share one explanation (the
+			// explainer is most of the cost of each); the verdict alone
+			// verifies one window, not the page's 50.
+			var x *report.Explained
+			if !noReport {
+				x = report.ExplainRun(res, rc.Input)
+			}
+			switch {
+			case asJSON:
+			case x != nil:
+				err = x.WriteVerdict(cmd.OutOrStdout())
+			default:
+				err = report.WriteVerdictInput(cmd.OutOrStdout(), res, rc.Input)
+			}
+			if err != nil {
 				return err
 			}
-			if !noReport {
-				if err := report.WriteRunInput(dir, res, rc.Input); err != nil {
+			if x != nil {
+				if err := x.WriteRun(dir); err != nil {
 					fmt.Fprintf(cmd.ErrOrStderr(), "splitbrain: report.html not written: %v\n", err)
 				} else if !asJSON {
 					fmt.Fprintf(cmd.OutOrStdout(), "report: %s\n", filepath.Join(dir, report.ReportFile))
