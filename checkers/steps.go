@@ -57,55 +57,14 @@ func (k *keySteps) porcupineOps() []porcupine.Operation {
 	return ops
 }
 
-// idIndex maps an operation id to its index in Input.Ops: a dense table
-// when ids are small (a run numbers them from 1), a map otherwise.
-type idIndex struct {
-	dense  []int32
-	sparse map[int64]int32
-}
-
-func newIDIndex(ops []history.Op) idIndex {
-	var hi int64
+// opIndex maps each operation's id to its index in ops plus one (0: no
+// such operation).
+func opIndex(ops []history.Op) *history.IDTable[int32] {
+	x := history.NewOpsIDTable[int32](ops)
 	for i := range ops {
-		hi = max(hi, ops[i].Invoke.ID)
-	}
-	var x idIndex
-	if hi <= int64(4*len(ops)+1024) {
-		x.dense = make([]int32, hi+1)
-		for i := range x.dense {
-			x.dense[i] = -1
-		}
-		for i := range ops {
-			if id := ops[i].Invoke.ID; id >= 0 {
-				x.dense[id] = int32(i)
-			} else {
-				if x.sparse == nil {
-					x.sparse = map[int64]int32{} // negative ids (histories built in memory)
-				}
-				x.sparse[id] = int32(i)
-			}
-		}
-		return x
-	}
-	x.sparse = make(map[int64]int32, len(ops))
-	for i := range ops {
-		x.sparse[ops[i].Invoke.ID] = int32(i)
+		x.Set(ops[i].Invoke.ID, int32(i)+1)
 	}
 	return x
-}
-
-// get returns the index of the operation with id, or -1.
-func (x idIndex) get(id int64) int {
-	if x.dense != nil && id >= 0 {
-		if id >= int64(len(x.dense)) {
-			return -1
-		}
-		return int(x.dense[id])
-	}
-	if i, ok := x.sparse[id]; ok {
-		return int(i)
-	}
-	return -1
 }
 
 // buildSteps converts a paired history into each key's steps.
@@ -119,11 +78,11 @@ func (x idIndex) get(id int64) int {
 // keepUnobserved keeps them on every key.
 func buildSteps(in Input, keepUnobserved bool) (keys []keySteps, dropped, kept int) {
 	ops := in.Ops
-	idx := newIDIndex(ops)
+	idx := opIndex(ops)
 	// csOf returns the index of the critical section of key whose id is
 	// tag, or -1: only such a tag names a write a read of key can see.
 	csOf := func(tag int64, key string) int {
-		j := idx.get(tag)
+		j := int(idx.Get(tag)) - 1
 		if j < 0 || ops[j].Invoke.F != history.FCriticalSection || ops[j].Invoke.Key != key {
 			return -1
 		}

@@ -79,12 +79,12 @@ func (Summary) Check(_ context.Context, in Input) Result {
 		return ks
 	}
 	// observed[j] says a read of the same key saw op j's tag.
-	idx := newIDIndex(in.Ops)
+	idx := opIndex(in.Ops)
 	observed := make([]bool, len(in.Ops))
 	for i := range in.Ops {
 		op := &in.Ops[i]
 		if c := op.Complete; c != nil && c.Read != nil {
-			if j := idx.get(c.Read.Tag); j >= 0 && in.Ops[j].Invoke.Key == op.Invoke.Key {
+			if j := int(idx.Get(c.Read.Tag)) - 1; j >= 0 && in.Ops[j].Invoke.Key == op.Invoke.Key {
 				observed[j] = true
 			}
 		}

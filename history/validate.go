@@ -307,8 +307,10 @@ func checkSequence(events []Event, lineNo []int) error {
 			invocations++
 		}
 	}
-	ops := newTable(hiID, invocations)           // id → index in states
-	inFlight := newTable(hiProcess, invocations) // process → index in states of its operation in flight
+	// id → index+1 in states; process → index+1 in states of its
+	// operation in flight (0: none).
+	ops := NewIDTable[int32](invocations, hiID)
+	inFlight := NewIDTable[int32](invocations, hiProcess)
 	// Ids invoked later, for "completion before its invocation".
 	invokedAt := func(id int64, from int) int {
 		for j := from; j < len(events); j++ {
@@ -323,10 +325,9 @@ func checkSequence(events []Event, lineNo []int) error {
 		e := &events[i]
 		line := lineNo[i]
 		if e.Type != Invoke && e.IsCompletion() {
-			si, known := ops.get(e.ID)
 			var st *opState
-			if known {
-				st = &states[si]
+			if si := ops.Get(e.ID); si > 0 {
+				st = &states[si-1]
 			}
 			switch {
 			case st == nil:
@@ -355,7 +356,7 @@ func checkSequence(events []Event, lineNo []int) error {
 				return bad("t", "the completion of id %d at %d is before its invocation at %d (line %d)", e.ID, e.Time, inv.Time, lineNo[st.invoke]).at(line)
 			}
 			st.complete = int32(i)
-			inFlight.del(int64(e.Process))
+			inFlight.Set(int64(e.Process), 0)
 		}
 		if e.Time < last {
 			return bad("t", "%d is before the previous event's %d: events must be in time order", e.Time, last).at(line)
@@ -364,67 +365,17 @@ func checkSequence(events []Event, lineNo []int) error {
 		if e.Type != Invoke {
 			continue
 		}
-		if si, known := ops.get(e.ID); known {
-			return bad("id", "id %d was invoked already on line %d (ids are unique)", e.ID, lineNo[states[si].invoke]).at(line)
+		if si := ops.Get(e.ID); si > 0 {
+			return bad("id", "id %d was invoked already on line %d (ids are unique)", e.ID, lineNo[states[si-1].invoke]).at(line)
 		}
-		if si, busy := inFlight.get(int64(e.Process)); busy {
-			busyInv := states[si].invoke
+		if si := inFlight.Get(int64(e.Process)); si > 0 {
+			busyInv := states[si-1].invoke
 			return bad("process", "process %d invokes id %d while its id %d (line %d) has not completed; a process runs one operation at a time",
 				e.Process, e.ID, events[busyInv].ID, lineNo[busyInv]).at(line)
 		}
-		ops.set(e.ID, int32(len(states)))
-		inFlight.set(int64(e.Process), int32(len(states)))
+		ops.Set(e.ID, int32(len(states))+1)
+		inFlight.Set(int64(e.Process), int32(len(states))+1)
 		states = append(states, opState{invoke: int32(i), complete: -1})
 	}
 	return nil
-}
-
-// idTable maps int64 keys (operation ids, processes) to int32s: a dense
-// table when the keys are small (a run numbers its ids from 1 and its
-// processes from 0), a map otherwise and for keys outside the table.
-type idTable struct {
-	dense  []int32 // value+1; 0 is absent
-	sparse map[int64]int32
-}
-
-// newTable is a table for n keys up to hi: dense unless hi is far above n.
-func newTable(hi int64, n int) *idTable {
-	if hi <= int64(4*n+1024) {
-		return &idTable{dense: make([]int32, hi+1)}
-	}
-	return &idTable{sparse: make(map[int64]int32, n)}
-}
-
-func (t *idTable) get(id int64) (int32, bool) {
-	if t.dense == nil {
-		v, ok := t.sparse[id]
-		return v, ok
-	}
-	if id < 0 || id >= int64(len(t.dense)) {
-		v, ok := t.sparse[id]
-		return v, ok
-	}
-	if t.dense[id] == 0 {
-		return 0, false
-	}
-	return t.dense[id] - 1, true
-}
-
-func (t *idTable) set(id int64, v int32) {
-	if t.dense != nil && id >= 0 && id < int64(len(t.dense)) {
-		t.dense[id] = v + 1
-		return
-	}
-	if t.sparse == nil {
-		t.sparse = map[int64]int32{}
-	}
-	t.sparse[id] = v
-}
-
-func (t *idTable) del(id int64) {
-	if t.dense != nil && id >= 0 && id < int64(len(t.dense)) {
-		t.dense[id] = 0
-		return
-	}
-	delete(t.sparse, id)
 }

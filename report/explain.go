@@ -347,12 +347,12 @@ func (e *explainer) blindJumps(in checkers.Input, illegal []string) []Anomaly {
 		return nil
 	}
 	// seenBy maps a tag to the first operation that read it.
-	seenBy := opsTagTable[*history.Op](in.Ops)
+	seenBy := history.NewOpsIDTable[*history.Op](in.Ops)
 	for i := range in.Ops {
 		op := &in.Ops[i]
 		if c := op.Complete; c != nil && c.Read != nil {
-			if seenBy.get(c.Read.Tag) == nil {
-				seenBy.set(c.Read.Tag, op)
+			if seenBy.Get(c.Read.Tag) == nil {
+				seenBy.Set(c.Read.Tag, op)
 			}
 		}
 	}
@@ -375,7 +375,7 @@ func (e *explainer) blindJumps(in checkers.Input, illegal []string) []Anomaly {
 			ki = &keyInfo{values: map[int64]bool{0: true}}
 			keys[k] = ki
 		}
-		switch by := seenBy.get(op.Invoke.ID); {
+		switch by := seenBy.Get(op.Invoke.ID); {
 		case op.Complete != nil && op.Complete.Read != nil:
 			ki.values[op.Complete.Read.Value+1] = true
 		case by != nil:
@@ -388,7 +388,7 @@ func (e *explainer) blindJumps(in checkers.Input, illegal []string) []Anomaly {
 	var out []Anomaly
 	for _, op := range blind {
 		ki := keys[op.Invoke.Key]
-		by := seenBy.get(op.Invoke.ID)
+		by := seenBy.Get(op.Invoke.ID)
 		v := *by.Complete.Read
 		reachable := false
 		for u := range ki.values {
@@ -479,56 +479,11 @@ type explainer struct {
 	verified int
 	// writer maps a tag to the write that wrote it, for the key being
 	// explained.
-	writer *tagTable[*Op]
+	writer *history.IDTable[*Op]
 	// ops are the history's operations; observed marks the tags a read
 	// saw.
 	ops      []history.Op
-	observed *tagTable[bool]
-}
-
-// tagTable maps write tags to values, the zero value meaning absent. A
-// run's tags are its operation ids, numbered from 1, so a slice indexes
-// them (a map on a million operations costs seconds); tags outside it go to
-// a map.
-type tagTable[V comparable] struct {
-	dense  []V
-	sparse map[int64]V
-}
-
-// newTagTable sizes a table for tags up to hi among n operations.
-func newTagTable[V comparable](n int, hi int64) *tagTable[V] {
-	t := &tagTable[V]{}
-	if hi >= 0 && hi <= int64(4*n+1024) {
-		t.dense = make([]V, hi+1)
-	}
-	return t
-}
-
-// opsTagTable sizes a table for the ids of ops.
-func opsTagTable[V comparable](ops []history.Op) *tagTable[V] {
-	var hi int64
-	for i := range ops {
-		hi = max(hi, ops[i].Invoke.ID)
-	}
-	return newTagTable[V](len(ops), hi)
-}
-
-func (t *tagTable[V]) get(tag int64) V {
-	if tag >= 0 && tag < int64(len(t.dense)) {
-		return t.dense[tag]
-	}
-	return t.sparse[tag]
-}
-
-func (t *tagTable[V]) set(tag int64, v V) {
-	if tag >= 0 && tag < int64(len(t.dense)) {
-		t.dense[tag] = v
-		return
-	}
-	if t.sparse == nil {
-		t.sparse = map[int64]V{}
-	}
-	t.sparse[tag] = v
+	observed *history.IDTable[bool]
 }
 
 // keyHist is one key's operations.
@@ -551,14 +506,14 @@ type keyHist struct {
 // rather than an Op each.
 func (e *explainer) index(in checkers.Input) {
 	e.ops = in.Ops
-	e.observed = opsTagTable[bool](in.Ops)
+	e.observed = history.NewOpsIDTable[bool](in.Ops)
 	for _, op := range in.Ops {
 		if c := op.Complete; c != nil && c.Read != nil {
-			e.observed.set(c.Read.Tag, true)
+			e.observed.Set(c.Read.Tag, true)
 		}
 	}
 	e.byKey = map[string]*keyHist{}
-	e.writer = opsTagTable[*Op](in.Ops)
+	e.writer = history.NewOpsIDTable[*Op](in.Ops)
 	var last *keyHist
 	for i := range in.Ops {
 		key := in.Ops[i].Invoke.Key
@@ -592,12 +547,12 @@ func (e *explainer) build(k *keyHist) {
 			}
 		case o.F != history.FCriticalSection:
 		case o.Outcome == history.OK && o.Read != nil && o.Write != nil,
-			o.Outcome == history.Info && e.observed.get(o.ID) && o.Write != nil,
+			o.Outcome == history.Info && e.observed.Get(o.ID) && o.Write != nil,
 			// A blind write: it took effect, but what it read is unknown.
-			o.Outcome == history.Info && e.observed.get(o.ID):
+			o.Outcome == history.Info && e.observed.Get(o.ID):
 			k.model = append(k.model, o)
 			k.writes = append(k.writes, o)
-			e.writer.set(o.writeTag(), o)
+			e.writer.Set(o.writeTag(), o)
 		case o.Outcome == history.Fail && o.Read != nil:
 			k.model = append(k.model, o)
 		}
@@ -609,7 +564,7 @@ func (e *explainer) build(k *keyHist) {
 		if w.Read == nil {
 			continue
 		}
-		if p := e.writer.get(w.Read.Tag); p != nil && p.Key == k.key {
+		if p := e.writer.Get(w.Read.Tag); p != nil && p.Key == k.key {
 			w.sibling, p.succ = p.succ, w
 		} else if w.Read.Tag == 0 {
 			w.sibling, k.rootSucc = k.rootSucc, w
@@ -625,8 +580,8 @@ const bigKey = 100_000
 // release drops k's Ops (the anomalies hold copies) once it is explained.
 func (e *explainer) release(k *keyHist) {
 	for _, w := range k.writes {
-		if e.writer.get(w.writeTag()) == w {
-			e.writer.set(w.writeTag(), nil)
+		if e.writer.Get(w.writeTag()) == w {
+			e.writer.Set(w.writeTag(), nil)
 		}
 	}
 	k.model, k.writes, k.finals, k.rootSucc = nil, nil, nil, nil
@@ -645,14 +600,14 @@ func (c *chain) hasTag(e *explainer, tag int64) bool {
 	if tag == 0 {
 		return c.rootKnown
 	}
-	w := e.writer.get(tag)
+	w := e.writer.Get(tag)
 	return w != nil && w.chainPos >= 0
 }
 
 // next is the chain write that read tag, nil when tag is the tip.
 func (c *chain) next(e *explainer, tag int64) *Op {
 	i := -1
-	if w := e.writer.get(tag); tag != 0 && w != nil {
+	if w := e.writer.Get(tag); tag != 0 && w != nil {
 		i = w.chainPos
 	}
 	if i+1 < len(c.ops) {
@@ -663,7 +618,7 @@ func (c *chain) next(e *explainer, tag int64) *Op {
 
 // writerOf is the write of k that wrote tag, or nil.
 func (e *explainer) writerOf(k *keyHist, tag int64) *Op {
-	if w := e.writer.get(tag); w != nil && w.Key == k.key {
+	if w := e.writer.Get(tag); w != nil && w.Key == k.key {
 		return w
 	}
 	return nil
