@@ -2,9 +2,9 @@ package nemesis
 
 import (
 	"fmt"
-	"slices"
 	"strings"
-	"sync"
+
+	"github.com/splitbrain/splitbrain/internal/registry"
 )
 
 // Kind is a fault as the rest of splitbrain knows it: its name, a line of
@@ -41,18 +41,13 @@ type Report struct {
 	Freezes bool
 }
 
-var registry = struct {
-	sync.RWMutex
-	kinds map[string]Kind
-}{kinds: map[string]Kind{}}
+var kinds registry.Of[Kind]
 
 // Register makes a fault known. It panics on an empty or taken name (or
 // "none", which --nemesis reserves), or a Kind without NewSpec: a
 // programming error, found when the program starts.
 func Register(k Kind) {
-	registry.Lock()
-	defer registry.Unlock()
-	switch _, taken := registry.kinds[k.Name]; {
+	switch _, taken := kinds.Get(k.Name); {
 	case k.Name == "" || k.Name == "none" || strings.ContainsAny(k.Name, ", "):
 		panic(fmt.Sprintf("nemesis: Register of a fault named %q", k.Name))
 	case taken:
@@ -60,37 +55,19 @@ func Register(k Kind) {
 	case k.NewSpec == nil:
 		panic("nemesis: Register of " + k.Name + " without NewSpec")
 	}
-	registry.kinds[k.Name] = k
+	if !kinds.Add(k.Name, k) {
+		panic("nemesis: Register of " + k.Name + " twice")
+	}
 }
 
 // Lookup returns the fault called name.
-func Lookup(name string) (Kind, bool) {
-	registry.RLock()
-	defer registry.RUnlock()
-	k, ok := registry.kinds[name]
-	return k, ok
-}
+func Lookup(name string) (Kind, bool) { return kinds.Get(name) }
 
 // Kinds returns every registered fault, by name.
-func Kinds() []Kind {
-	registry.RLock()
-	defer registry.RUnlock()
-	out := make([]Kind, 0, len(registry.kinds))
-	for _, k := range registry.kinds {
-		out = append(out, k)
-	}
-	slices.SortFunc(out, func(a, b Kind) int { return strings.Compare(a.Name, b.Name) })
-	return out
-}
+func Kinds() []Kind { return kinds.All() }
 
 // Names returns the registered faults' names, sorted.
-func Names() []string {
-	var out []string
-	for _, k := range Kinds() {
-		out = append(out, k.Name)
-	}
-	return out
-}
+func Names() []string { return kinds.Names() }
 
 // Select parses a --nemesis list ("pause,clock"; "none" and empty items
 // stand for nothing) into the names of registered faults, in order.

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/registry"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
 )
@@ -206,9 +207,10 @@ func (r Recipe) Info() ClientInfo {
 func (r Recipe) Serves(name string) bool { return slices.Contains(r.Backends, name) }
 
 var (
+	backends registry.Of[Backend]
+	recipes  registry.Of[Recipe]
+	// regMu guards the default backend and the adapter runner.
 	regMu       sync.RWMutex
-	backends    = map[string]Backend{}
-	recipes     = map[string]Recipe{}
 	defaultName string
 )
 
@@ -217,8 +219,6 @@ var (
 // registrations run from init functions, and either is a programming
 // error. Its roles' images become buildable (images.Register).
 func Register(b Backend) {
-	regMu.Lock()
-	defer regMu.Unlock()
 	fail := func(format string, args ...any) {
 		panic(fmt.Sprintf("targets: register %q: ", b.Name) + fmt.Sprintf(format, args...))
 	}
@@ -234,10 +234,10 @@ func Register(b Backend) {
 	case b.Recipe == "":
 		fail("no Recipe")
 	}
-	if _, dup := backends[b.Name]; dup {
+	if _, dup := backends.Get(b.Name); dup {
 		fail("registered twice")
 	}
-	for _, o := range backends {
+	for _, o := range backends.All() {
 		for _, p := range b.Programs {
 			if slices.ContainsFunc(o.Programs, func(q Program) bool { return q.Name == p.Name }) {
 				fail("program %q is also %s's", p.Name, o.Name)
@@ -265,41 +265,19 @@ func Register(b Backend) {
 	for _, r := range b.Roles {
 		images.Register(images.Role{Name: r.Name, Packages: r.Packages, Files: r.Files})
 	}
-	backends[b.Name] = b
+	if !backends.Add(b.Name, b) {
+		fail("registered twice")
+	}
 }
 
 // Lookup returns the backend called name; the error names the known ones.
-func Lookup(name string) (Backend, error) {
-	regMu.RLock()
-	b, ok := backends[name]
-	regMu.RUnlock()
-	if !ok {
-		return Backend{}, fmt.Errorf("unknown target %q (known: %s)", name, strings.Join(Names(), ", "))
-	}
-	return b, nil
-}
+func Lookup(name string) (Backend, error) { return backends.Lookup("target", name) }
 
 // Names lists the registered backends' names, sorted.
-func Names() []string {
-	regMu.RLock()
-	defer regMu.RUnlock()
-	out := make([]string, 0, len(backends))
-	for n := range backends {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
-}
+func Names() []string { return backends.Names() }
 
 // Backends returns every registered backend, sorted by name.
-func Backends() []Backend {
-	var out []Backend
-	for _, n := range Names() {
-		b, _ := Lookup(n)
-		out = append(out, b)
-	}
-	return out
-}
+func Backends() []Backend { return backends.All() }
 
 // SetDefault names the backend a run brings up when none is named (the
 // catalogue chooses it).
@@ -327,9 +305,7 @@ func Default() string {
 // RegisterRecipe makes a lock recipe known by its kind. It panics when the
 // kind is empty or taken, or the recipe cannot make lockers.
 func RegisterRecipe(r Recipe) {
-	regMu.Lock()
-	defer regMu.Unlock()
-	switch _, dup := recipes[r.Kind]; {
+	switch _, dup := recipes.Get(r.Kind); {
 	case r.Kind == "" || (r.New == nil) == (r.Adapter == "") || len(r.Backends) == 0:
 		panic(fmt.Sprintf("targets: register recipe %q: want a kind, a factory or an adapter command (one of them), and the backends it serves", r.Kind))
 	case dup:
@@ -338,36 +314,16 @@ func RegisterRecipe(r Recipe) {
 	if role := r.ClientRole(); role != runtime.RoleClient {
 		images.Register(images.Role{Name: role, Packages: r.Packages, Files: r.Files, Build: r.Build})
 	}
-	recipes[r.Kind] = r
+	if !recipes.Add(r.Kind, r) {
+		panic(fmt.Sprintf("targets: recipe %q registered twice", r.Kind))
+	}
 }
 
 // LookupRecipe returns the recipe of kind; the error names the known ones.
-func LookupRecipe(kind string) (Recipe, error) {
-	regMu.RLock()
-	defer regMu.RUnlock()
-	r, ok := recipes[kind]
-	if !ok {
-		known := make([]string, 0, len(recipes))
-		for k := range recipes {
-			known = append(known, k)
-		}
-		slices.Sort(known)
-		return Recipe{}, fmt.Errorf("unknown lock recipe %q (known: %s)", kind, strings.Join(known, ", "))
-	}
-	return r, nil
-}
+func LookupRecipe(kind string) (Recipe, error) { return recipes.Lookup("lock recipe", kind) }
 
 // Recipes returns every registered recipe, sorted by kind.
-func Recipes() []Recipe {
-	regMu.RLock()
-	defer regMu.RUnlock()
-	out := make([]Recipe, 0, len(recipes))
-	for _, r := range recipes {
-		out = append(out, r)
-	}
-	slices.SortFunc(out, func(a, b Recipe) int { return strings.Compare(a.Kind, b.Kind) })
-	return out
-}
+func Recipes() []Recipe { return recipes.All() }
 
 // Lockers maps every registered recipe's kind to its factory, as client
 // agents need them; with an adapter runner registered, ExternalKind too (a

@@ -3,11 +3,10 @@ package store
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
-	"sync"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/registry"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
@@ -55,18 +54,13 @@ type Kind struct {
 // served over HTTP by `splitbrain store`, in memory.
 const Builtin = "builtin"
 
-var (
-	kindsMu sync.RWMutex
-	kinds   = map[string]Kind{}
-)
+var kinds registry.Of[Kind]
 
 // Register makes a kind of store known by its name. It panics when the
 // declaration is incomplete or the name is taken (a programming error: it
 // runs from init functions).
 func Register(k Kind) {
-	kindsMu.Lock()
-	defer kindsMu.Unlock()
-	switch _, dup := kinds[k.Name]; {
+	switch _, dup := kinds.Get(k.Name); {
 	case k.Name == "" || strings.ContainsAny(k.Name, " ,=/") || k.Role == "" || k.Deploy == nil || k.Dial == nil:
 		panic(fmt.Sprintf("store: register %q: want a name, a role, Deploy and Dial", k.Name))
 	case dup:
@@ -75,7 +69,9 @@ func Register(k Kind) {
 	if len(k.Packages) > 0 {
 		images.Register(images.Role{Name: k.Role, Packages: k.Packages})
 	}
-	kinds[k.Name] = k
+	if !kinds.Add(k.Name, k) {
+		panic(fmt.Sprintf("store: %q registered twice", k.Name))
+	}
 }
 
 // Lookup returns the kind called name ("" is [Builtin]); the error names
@@ -84,36 +80,14 @@ func Lookup(name string) (Kind, error) {
 	if name == "" {
 		name = Builtin
 	}
-	kindsMu.RLock()
-	k, ok := kinds[name]
-	kindsMu.RUnlock()
-	if !ok {
-		return Kind{}, fmt.Errorf("unknown store %q (known: %s)", name, strings.Join(Names(), ", "))
-	}
-	return k, nil
+	return kinds.Lookup("store", name)
 }
 
 // Names lists the registered kinds, sorted.
-func Names() []string {
-	kindsMu.RLock()
-	defer kindsMu.RUnlock()
-	out := make([]string, 0, len(kinds))
-	for n := range kinds {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
-}
+func Names() []string { return kinds.Names() }
 
 // Kinds returns every registered kind, sorted by name.
-func Kinds() []Kind {
-	var out []Kind
-	for _, n := range Names() {
-		k, _ := Lookup(n)
-		out = append(out, k)
-	}
-	return out
-}
+func Kinds() []Kind { return kinds.All() }
 
 // CheckOptions returns an error naming the first of opts the kind does not
 // accept (an unknown name, or a value not among the option's Values).
