@@ -47,11 +47,9 @@ var kinds registry.Of[Kind]
 // "none", which --nemesis reserves), or a Kind without NewSpec: a
 // programming error, found when the program starts.
 func Register(k Kind) {
-	switch _, taken := kinds.Get(k.Name); {
+	switch {
 	case k.Name == "" || k.Name == "none" || strings.ContainsAny(k.Name, ", "):
 		panic(fmt.Sprintf("nemesis: Register of a fault named %q", k.Name))
-	case taken:
-		panic("nemesis: Register of " + k.Name + " twice")
 	case k.NewSpec == nil:
 		panic("nemesis: Register of " + k.Name + " without NewSpec")
 	}

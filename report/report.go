@@ -106,7 +106,7 @@ func renderReport(w io.Writer, root *os.Root) error {
 	case !noHistory:
 		return fmt.Errorf("report of %s: %w", root.Name(), err)
 	}
-	return renderRun(w, root, explainRun(run, checkers.NewInput(events), 0), noHistory)
+	return renderRun(w, root, ExplainRun(run, checkers.NewInput(events)), noHistory)
 }
 
 // WriteRun renders the report of run and its history's events to

@@ -234,6 +234,9 @@ func Register(b Backend) {
 	case b.Recipe == "":
 		fail("no Recipe")
 	}
+	// Checked before the rest, which must not register a backend that
+	// fails it (Add below refuses the name too, should another Register
+	// take it meanwhile).
 	if _, dup := backends.Get(b.Name); dup {
 		fail("registered twice")
 	}
@@ -305,17 +308,14 @@ func Default() string {
 // RegisterRecipe makes a lock recipe known by its kind. It panics when the
 // kind is empty or taken, or the recipe cannot make lockers.
 func RegisterRecipe(r Recipe) {
-	switch _, dup := recipes.Get(r.Kind); {
-	case r.Kind == "" || (r.New == nil) == (r.Adapter == "") || len(r.Backends) == 0:
+	if r.Kind == "" || (r.New == nil) == (r.Adapter == "") || len(r.Backends) == 0 {
 		panic(fmt.Sprintf("targets: register recipe %q: want a kind, a factory or an adapter command (one of them), and the backends it serves", r.Kind))
-	case dup:
+	}
+	if !recipes.Add(r.Kind, r) {
 		panic(fmt.Sprintf("targets: recipe %q registered twice", r.Kind))
 	}
 	if role := r.ClientRole(); role != runtime.RoleClient {
 		images.Register(images.Role{Name: role, Packages: r.Packages, Files: r.Files, Build: r.Build})
-	}
-	if !recipes.Add(r.Kind, r) {
-		panic(fmt.Sprintf("targets: recipe %q registered twice", r.Kind))
 	}
 }
 

@@ -60,17 +60,14 @@ var kinds registry.Of[Kind]
 // declaration is incomplete or the name is taken (a programming error: it
 // runs from init functions).
 func Register(k Kind) {
-	switch _, dup := kinds.Get(k.Name); {
-	case k.Name == "" || strings.ContainsAny(k.Name, " ,=/") || k.Role == "" || k.Deploy == nil || k.Dial == nil:
+	if k.Name == "" || strings.ContainsAny(k.Name, " ,=/") || k.Role == "" || k.Deploy == nil || k.Dial == nil {
 		panic(fmt.Sprintf("store: register %q: want a name, a role, Deploy and Dial", k.Name))
-	case dup:
+	}
+	if !kinds.Add(k.Name, k) {
 		panic(fmt.Sprintf("store: %q registered twice", k.Name))
 	}
 	if len(k.Packages) > 0 {
 		images.Register(images.Role{Name: k.Role, Packages: k.Packages})
-	}
-	if !kinds.Add(k.Name, k) {
-		panic(fmt.Sprintf("store: %q registered twice", k.Name))
 	}
 }
 
