@@ -133,7 +133,7 @@ func runCheckerChild(args []string) error {
 	if *mode == "linearizable" {
 		cs = []checkers.Checker{checkers.NewLinearizable(opts)}
 	} else {
-		cs = checkers.ForRun(opts, *ttl)
+		cs = checkers.ForRun(checkers.Run{TTL: *ttl, Linearizable: opts})
 	}
 	res.CheckS = map[string]float64{}
 	var verdicts []checkers.Verdict

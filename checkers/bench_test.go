@@ -15,7 +15,7 @@ func BenchmarkCheck(b *testing.B) {
 	for _, n := range []int{10_000, 100_000, 1_000_000} {
 		b.Run(fmt.Sprintf("ops=%d", n), func(b *testing.B) {
 			in := checkers.NewInput(synth.Generate(synth.Options{Ops: n, Keys: 64, Clients: 20, Seed: 1}))
-			cs := checkers.Default(checkers.LinearizableOptions{})
+			cs := checkers.ForRun(checkers.Run{})
 			b.ReportAllocs()
 			b.ResetTimer()
 			for range b.N {

@@ -14,7 +14,10 @@
 // grant order on every key. Its verdict (the lock's) stands beside the data's
 // ([Linearizable] and [Summary]).
 //
-// [Check] runs them all and composes the verdict: valid only when every
+// Each checker registers itself from its own file ([Register]: its name, its
+// order, its constructor, its details' type and its words); [ForRun] makes
+// every registered one for a run, and the report speaks of each through its
+// [Words]. [Check] runs them and composes the verdict: valid only when every
 // judging checker is valid and something was tested; unknown when one is
 // unknown (a Porcupine timeout is never a pass) or when nothing was tested
 // (no critical section took effect); invalid when one is invalid.
@@ -26,7 +29,6 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
-	"time"
 
 	"github.com/splitbrain/splitbrain/history"
 )
@@ -176,6 +178,10 @@ type Result struct {
 	Reason string `json:"reason,omitempty"`
 	// Details is checker-specific (counts, anomalies).
 	Details any `json:"details,omitempty"`
+	// Vacuous says a valid verdict rests on nothing: the checker found
+	// nothing to judge (no grant carried a token). Reports print it as
+	// not judged, never as valid.
+	Vacuous bool `json:"vacuous,omitempty"`
 }
 
 // Report is every checker's result and the composed verdict.
@@ -191,19 +197,10 @@ type Report struct {
 	Checkers Results  `json:"checkers"`
 }
 
-// Results are checker sections by checker name. Read back from JSON, each
-// known checker's details have their own type again.
+// Results are checker sections by checker name. Read back from JSON, the
+// details of each registered checker ([Kind.Details]) have their own type
+// again.
 type Results map[string]Result
-
-// detailTypes makes the details of a checker's section, by name.
-var detailTypes = map[string]func() any{
-	"linearizable": func() any { return new(LinearizableDetails) },
-	"summary":      func() any { return new(SummaryDetails) },
-	"mutex":        func() any { return new(MutexDetails) },
-	"fencing":      func() any { return new(FencingDetails) },
-	"liveness":     func() any { return new(LivenessDetails) },
-	"fence_order":  func() any { return new(FenceOrderDetails) },
-}
 
 // UnmarshalJSON decodes each section, typing the details of known
 // checkers (others stay generic JSON values).
@@ -214,17 +211,18 @@ func (rs *Results) UnmarshalJSON(b []byte) error {
 		Aspect  string          `json:"aspect"`
 		Reason  string          `json:"reason"`
 		Details json.RawMessage `json:"details"`
+		Vacuous bool            `json:"vacuous"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return err
 	}
 	out := make(Results, len(raw))
 	for name, r := range raw {
-		res := Result{Verdict: r.Verdict, Judges: r.Judges, Aspect: r.Aspect, Reason: r.Reason}
+		res := Result{Verdict: r.Verdict, Judges: r.Judges, Aspect: r.Aspect, Reason: r.Reason, Vacuous: r.Vacuous}
 		if len(r.Details) > 0 && string(r.Details) != "null" {
 			var d any
-			if mk, ok := detailTypes[name]; ok {
-				d = mk()
+			if k, ok := Lookup(name); ok && k.Details != nil {
+				d = k.Details()
 			}
 			if err := json.Unmarshal(r.Details, &d); err != nil {
 				return fmt.Errorf("checker %s details: %w", name, err)
@@ -364,15 +362,6 @@ func NothingTested(in Input) string {
 		return fmt.Sprintf("nothing tested: all %d critical sections failed", cs)
 	}
 	return fmt.Sprintf("nothing tested: none of the %d critical sections took effect", cs)
-}
-
-// Default returns the checkers for a history whose lease TTL is unknown.
-func Default(opts LinearizableOptions) []Checker { return ForRun(opts, 0) }
-
-// ForRun returns the checkers a run uses; ttl is its lease time to live
-// (zero when unknown).
-func ForRun(opts LinearizableOptions, ttl time.Duration) []Checker {
-	return []Checker{FenceOrder{}, Summary{}, NewLinearizable(opts), Mutex{TTL: ttl}, Fencing{}, Liveness{}}
 }
 
 // compile-time assertions

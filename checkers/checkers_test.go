@@ -87,7 +87,7 @@ func TestCorpus(t *testing.T) {
 			if rep.TornTail {
 				t.Fatalf("corpus file has a torn tail")
 			}
-			got := Check(context.Background(), NewInput(events), ForRun(LinearizableOptions{}, 0)...)
+			got := Check(context.Background(), NewInput(events), ForRun(Run{})...)
 			js, _ := json.MarshalIndent(got, "", "  ")
 			if c.Valid == nil || got.Valid != *c.Valid {
 				t.Fatalf("verdict %v, want %v\n%s", got.Valid, c.Valid, js)
@@ -356,7 +356,7 @@ func TestResultsRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rep := Check(context.Background(), NewInput(events), ForRun(LinearizableOptions{}, time.Second)...)
+	rep := Check(context.Background(), NewInput(events), ForRun(Run{TTL: time.Second})...)
 	b, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)

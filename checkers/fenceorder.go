@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/splitbrain/splitbrain/history"
@@ -32,6 +33,68 @@ import (
 // back while it still exists), not a new grant; two grants to different
 // clients with the same token break the promise whatever their order.
 type FenceOrder struct{}
+
+func init() {
+	Register(Kind{
+		Name: "fence_order", Order: 10,
+		Doc:     "the lock's fencing promise: tokens rise with grant order on every key",
+		New:     func(Run) Checker { return FenceOrder{} },
+		Details: func() any { return new(FenceOrderDetails) },
+		Words: Words{
+			Row: func(r Result, _ Format) string {
+				d, _ := r.Details.(*FenceOrderDetails)
+				if d == nil {
+					return r.Reason
+				}
+				s := fmt.Sprintf("%d grants with a token, %d out of order", d.Grants, d.Violations)
+				if len(d.Examples) > 0 {
+					s += "; first: " + d.Examples[0].String()
+				}
+				return s
+			},
+			Line:     fenceOrderLine,
+			Headline: func(r Result, _ Format) string { return "the lock broke its fencing promise (" + r.Reason + ")" },
+		},
+	})
+}
+
+// fenceOrderLine says the fence order's verdict: what a broken order cost
+// on each key, or how many grants kept it.
+func fenceOrderLine(r Result, f Format) string {
+	d, _ := r.Details.(*FenceOrderDetails)
+	switch {
+	case d == nil:
+		return r.Reason
+	case d.Violations > 0:
+		var parts []string
+		for _, c := range d.Costs {
+			ex := ""
+			for _, v := range d.Examples {
+				if v.Key == c.Key {
+					ex = fmt.Sprintf("%s (%s at %s)", v, v.Grant.Client, f.At(v.Grant.Known))
+					break
+				}
+			}
+			if ex == "" {
+				ex = fmt.Sprintf("%s: %s out of token order", c.Key, f.Plural(c.Violations, "grant"))
+			}
+			cost := fmt.Sprintf("%s refused after it, %s stalled %s", f.Plural(c.Refused, "stale write"), c.Key, f.Dur(c.Stall))
+			if c.ToEnd {
+				cost += " (to the end)"
+			}
+			parts = append(parts, ex+": "+cost)
+		}
+		s := "the lock broke its fencing promise: " + strings.Join(parts, "; ")
+		if d.Violations > len(d.Costs) {
+			s += fmt.Sprintf(" (%s out of order in all)", f.Plural(d.Violations, "grant"))
+		}
+		return s
+	case d.Grants == 0:
+		return "no grant carried a token: fence order not judged"
+	default:
+		return fmt.Sprintf("tokens rose with grant order on every key (%s)", f.Plural(d.Grants, "grant"))
+	}
+}
 
 // Name implements [Checker].
 func (FenceOrder) Name() string { return "fence_order" }
@@ -274,7 +337,7 @@ func (FenceOrder) Check(_ context.Context, in Input) Result {
 	d.Violations = len(vs)
 	d.Examples = vs[:min(len(vs), 10)]
 	if len(vs) == 0 {
-		return Result{Verdict: Valid, Judges: true, Aspect: AspectLock, Details: d}
+		return Result{Verdict: Valid, Judges: true, Aspect: AspectLock, Details: d, Vacuous: grants == 0}
 	}
 	first := map[string]int64{}
 	count := map[string]int{}

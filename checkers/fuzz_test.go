@@ -68,7 +68,7 @@ func FuzzCheck(f *testing.F) {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		in := NewInput(events)
-		rep := Check(ctx, in, ForRun(LinearizableOptions{Timeout: time.Second}, 0)...)
+		rep := Check(ctx, in, ForRun(Run{Linearizable: LinearizableOptions{Timeout: time.Second}})...)
 		switch rep.Valid {
 		case Valid, Invalid, Unknown:
 		default:

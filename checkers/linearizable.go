@@ -155,6 +155,43 @@ type Linearizable struct {
 	opts LinearizableOptions
 }
 
+func init() {
+	Register(Kind{
+		Name: "linearizable", Order: 40,
+		Doc:     "the critical sections behaved as if each ran atomically on its key (Porcupine)",
+		New:     func(r Run) Checker { return NewLinearizable(r.Linearizable) },
+		Details: func() any { return new(LinearizableDetails) },
+		Words: Words{
+			Row: func(r Result, f Format) string {
+				d, _ := r.Details.(*LinearizableDetails)
+				if d == nil {
+					return r.Reason
+				}
+				s := fmt.Sprintf("%d operations checked on %d keys in %s; unknown writes dropped %d, kept %d", d.Checked, d.Keys, f.Dur(d.Duration), d.DroppedUnknown, d.KeptUnknown)
+				if len(d.IllegalKeys) > 0 {
+					s += "; illegal: " + strings.Join(d.IllegalKeys, ", ")
+				}
+				if len(d.UnknownKeys) > 0 {
+					s += "; undecided: " + strings.Join(d.UnknownKeys, ", ")
+				}
+				return s
+			},
+			Line: func(r Result, _ Format) string {
+				if r.Verdict == Valid {
+					return "the history is linearizable"
+				}
+				return r.Reason
+			},
+			Headline: func(r Result, f Format) string {
+				if d, _ := r.Details.(*LinearizableDetails); d != nil && r.Verdict == Invalid && len(d.IllegalKeys) > 0 {
+					return "not linearizable on " + f.List(d.IllegalKeys)
+				}
+				return r.Reason
+			},
+		},
+	})
+}
+
 // NewLinearizable returns a Linearizable checker.
 func NewLinearizable(opts LinearizableOptions) Linearizable {
 	if opts.Timeout <= 0 {

@@ -3,6 +3,7 @@ package checkers
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"slices"
 	"sort"
 	"time"
@@ -16,6 +17,29 @@ import (
 // lasts to the end of the test; a long TTL as a stall about as long as the
 // TTL. It reports facts; it does not judge the run.
 type Liveness struct{}
+
+func init() {
+	Register(Kind{
+		Name: "liveness", Order: 60,
+		Doc:     "stalls: stretches with no successful critical section on a key while clients kept trying",
+		New:     func(Run) Checker { return Liveness{} },
+		Details: func() any { return new(LivenessDetails) },
+		Words: Words{Row: func(r Result, f Format) string {
+			d, _ := r.Details.(*LivenessDetails)
+			if d == nil {
+				return r.Reason
+			}
+			if d.Longest.Duration == 0 {
+				return "no stall"
+			}
+			s := fmt.Sprintf("longest stall %s on %s (%s failed meanwhile)", f.Dur(d.Longest.Duration), d.Longest.Key, f.Plural(d.Longest.Attempts, "attempt"))
+			if len(d.Stalled) > 0 {
+				s += "; stalled to the end: " + f.List(d.Stalled)
+			}
+			return s
+		}},
+	})
+}
 
 // Name implements Checker.
 func (Liveness) Name() string { return "liveness" }

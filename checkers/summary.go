@@ -17,6 +17,52 @@ import (
 // of unknown outcome), nor less than zero; such a value is impossible.
 type Summary struct{}
 
+func init() {
+	Register(Kind{
+		Name: "summary", Order: 30,
+		Doc:     "no acknowledged increment lost, no value read that the increments cannot give",
+		New:     func(Run) Checker { return Summary{} },
+		Details: func() any { return new(SummaryDetails) },
+		Words: Words{
+			Row: func(r Result, _ Format) string {
+				d, _ := r.Details.(*SummaryDetails)
+				if d == nil {
+					return r.Reason
+				}
+				var errs []string
+				for _, k := range sortedKeys(d.Errors) {
+					errs = append(errs, fmt.Sprintf("%s %d", k, d.Errors[k]))
+				}
+				s := fmt.Sprintf("%d critical sections: %d ok, %d fail, %d info; lost updates %d; rejections %d", d.Ops, d.OK, d.Fail, d.Info, d.LostUpdates, d.Rejections)
+				if len(errs) > 0 {
+					s += "; errors: " + strings.Join(errs, ", ")
+				}
+				return s
+			},
+			Line: func(r Result, _ Format) string {
+				if r.Verdict == Valid {
+					return "every acknowledged increment is in the final values and no value read is impossible"
+				}
+				return r.Reason
+			},
+			Headline: func(r Result, f Format) string {
+				d, _ := r.Details.(*SummaryDetails)
+				if d == nil || r.Verdict != Invalid {
+					return r.Reason
+				}
+				var parts []string
+				if d.LostUpdates > 0 {
+					parts = append(parts, f.Plural(int(d.LostUpdates), "lost update"))
+				}
+				if d.ImpossibleCount > 0 {
+					parts = append(parts, f.Plural(d.ImpossibleCount, "impossible value")+" read")
+				}
+				return strings.Join(parts, "; ")
+			},
+		},
+	})
+}
+
 // Name implements [Checker].
 func (Summary) Name() string { return "summary" }
 

@@ -21,7 +21,7 @@ import (
 // through it, so a stored history re-checks to the same verdict.
 func Judge(ctx context.Context, res *Results, events []history.Event, timeout time.Duration) checkers.Input {
 	in := checkers.NewInput(events)
-	report := checkers.Check(ctx, in, checkers.ForRun(checkers.LinearizableOptions{Timeout: timeout}, res.Config.LeaseTTL)...)
+	report := checkers.Check(ctx, in, checkers.ForRun(checkers.Run{TTL: res.Config.LeaseTTL, Linearizable: checkers.LinearizableOptions{Timeout: timeout}})...)
 	res.Checkers = report.Checkers
 	res.Valid, res.Data, res.Lock, res.Reasons = report.Valid, report.Data, report.Lock, report.Reasons
 	if res.Incomplete != "" && res.Valid == checkers.Valid {

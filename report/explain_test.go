@@ -380,7 +380,7 @@ func TestCorpusKinds(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			evs := testdata(t, name)
 			in := checkers.NewInput(evs)
-			rep := checkers.Check(t.Context(), in, checkers.ForRun(checkers.LinearizableOptions{}, 0)...)
+			rep := checkers.Check(t.Context(), in, checkers.ForRun(checkers.Run{})...)
 			var illegal []string
 			if d := rep.Checkers.Linearizable(); d != nil {
 				illegal = d.IllegalKeys

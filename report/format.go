@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/splitbrain/splitbrain/checkers"
 )
 
 // timeFmt formats run times (nanoseconds on the history's time base) in one
@@ -110,3 +112,14 @@ func list(words []string) string {
 func num(v float64) string {
 	return strconv.FormatFloat(v, 'f', 1, 64)
 }
+
+// words is the report's [checkers.Format]: times as tf counts them,
+// durations, counts and lists as the rest of the report writes them.
+type words struct{ tf timeFmt }
+
+var _ checkers.Format = words{}
+
+func (w words) At(t int64) string              { return w.tf.at(t) }
+func (words) Dur(d time.Duration) string       { return dur(roundDur(d)) }
+func (words) Plural(n int, word string) string { return plural(n, word) }
+func (words) List(ws []string) string          { return list(ws) }

@@ -91,22 +91,46 @@ func replaceReport(root *os.Root, b []byte) error {
 }
 
 func renderReport(w io.Writer, root *os.Root) error {
-	run, err := loadRun(root)
+	x, noHistory, err := explainRoot(root)
 	if err != nil {
 		return err
 	}
+	return renderRun(w, root, x, noHistory)
+}
+
+// ExplainDir explains the run in dir from its results.json and
+// history.jsonl, as its report.html does: [Explained.WriteVerdict] then
+// prints what `splitbrain check` prints of it, and [Explained.WriteRun]
+// writes its report.
+func ExplainDir(dir string) (*Explained, error) {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("explain run: %w", err)
+	}
+	defer root.Close()
+	x, _, err := explainRoot(root)
+	return x, err
+}
+
+// explainRoot explains the run directory root's run; noHistory says it
+// has no history.jsonl.
+func explainRoot(root *os.Root) (x *Explained, noHistory bool, err error) {
+	run, err := loadRun(root)
+	if err != nil {
+		return nil, false, err
+	}
 	var events []history.Event
 	data, err := root.ReadFile(HistoryFile)
-	noHistory := errors.Is(err, os.ErrNotExist)
+	noHistory = errors.Is(err, os.ErrNotExist)
 	switch {
 	case err == nil:
 		if events, _, err = history.Parse(data); err != nil {
-			return fmt.Errorf("report of %s: %s: %w", root.Name(), HistoryFile, err)
+			return nil, false, fmt.Errorf("report of %s: %s: %w", root.Name(), HistoryFile, err)
 		}
 	case !noHistory:
-		return fmt.Errorf("report of %s: %w", root.Name(), err)
+		return nil, false, fmt.Errorf("report of %s: %w", root.Name(), err)
 	}
-	return renderRun(w, root, ExplainRun(run, checkers.NewInput(events)), noHistory)
+	return ExplainRun(run, checkers.NewInput(events)), noHistory, nil
 }
 
 // WriteRun renders the report of run and its history's events to
@@ -238,7 +262,7 @@ func buildPage(root *os.Root, x *Explained, noHistory bool) *reportPage {
 		NoHistory: noHistory,
 		Generated: time.Now().UTC().Format(time.RFC3339),
 	}
-	p.Headline = headline(run, anomalies, "below")
+	p.Headline = headline(run, anomalies, "below", tf)
 	p.Lines = verdictLines(run, tf)
 	p.Facts = facts(run, len(faults))
 	late := map[int64]bool{}
@@ -296,7 +320,7 @@ func buildPage(root *os.Root, x *Explained, noHistory bool) *reportPage {
 		{"acquire failed: lock service unavailable", strconv.Itoa(m.Unavailable)},
 		{"critical sections per second", trimFloat(m.OpsPerSecond, 1)},
 	}
-	p.Checkers, p.Keys = checkerRows(run)
+	p.Checkers, p.Keys = checkerRows(run, words{tf})
 	for _, w := range faults {
 		p.Faults = append(p.Faults, kv{faultLabel(w), fmt.Sprintf("%s %s (%s)", w.Detail, tf.span(w.Start, w.End), dur(time.Duration(w.End-w.Start)))})
 	}
@@ -311,35 +335,41 @@ func buildPage(root *os.Root, x *Explained, noHistory bool) *reportPage {
 	return p
 }
 
-func headline(run *Run, as []Anomaly, where string) string {
-	lost := lostUpdates(run)
+// headline says the run's verdict in a sentence: for a valid run what
+// was found sound, for an invalid one each judging checker's finding in a
+// few words (checkers.Words.Headline), the lock's first, and how many
+// anomalies the report explains.
+func headline(run *Run, as []Anomaly, where string, tf timeFmt) string {
+	f := words{tf}
 	switch run.Valid {
 	case checkers.Valid:
-		s := "No anomaly: every acknowledged increment is in the final values and the history is linearizable."
-		if d := run.Checkers.FenceOrder(); d != nil && d.Grants > 0 {
-			s = "No anomaly: the lock's tokens rose with grant order, every acknowledged increment is in the final values and the history is linearizable."
+		var said []string
+		for _, l := range verdictLines(run, tf) {
+			if l.Verdict == checkers.Valid.String() && l.Text != "" {
+				said = append(said, l.Text)
+			}
 		}
+		s := "No anomaly: " + strings.Join(said, "; ") + "."
 		if m := run.Metrics; m.FencingRejections > 0 {
 			s += fmt.Sprintf(" The store refused %s: fencing stopped each one.", plural(m.FencingRejections, "late write"))
 		}
 		return s
 	case checkers.Invalid:
 		var parts []string
-		if run.Lock == checkers.Invalid {
-			first := "its tokens went backwards"
-			if d := run.Checkers.FenceOrder(); d != nil && len(d.Examples) > 0 {
-				first = d.Examples[0].String()
+		for _, aspect := range []string{checkers.AspectLock, checkers.AspectData} {
+			for _, name := range sectionNames(run.Checkers) {
+				r := run.Checkers[name]
+				if !r.Judges || aspectOf(r) != aspect || r.Verdict != checkers.Invalid {
+					continue
+				}
+				t := r.Reason
+				if k, ok := checkers.Lookup(name); ok && k.Words.Headline != nil {
+					t = k.Words.Headline(r, f)
+				}
+				if t != "" {
+					parts = append(parts, t)
+				}
 			}
-			parts = append(parts, "the lock broke its fencing promise ("+first+")")
-		}
-		if lost > 0 {
-			parts = append(parts, plural(int(lost), "lost update"))
-		}
-		if d := run.Checkers.Summary(); d != nil && d.ImpossibleCount > 0 {
-			parts = append(parts, plural(d.ImpossibleCount, "impossible value")+" read")
-		}
-		if d := run.Checkers.Linearizable(); d != nil && len(d.IllegalKeys) > 0 {
-			parts = append(parts, "not linearizable on "+list(d.IllegalKeys))
 		}
 		if len(as) > 0 {
 			n := "1 anomaly"
@@ -423,8 +453,11 @@ func row(o Op, tf timeFmt) opRow {
 	return r
 }
 
-func checkerRows(run *Run) ([]checkerRow, []keyRow) {
-	c := run.Checkers
+// checkerRows are report.html's table of checkers, one row per section
+// of results.json in the checkers' order (sections no registered checker
+// declares, from another version, last, by name), and the summary's table
+// of keys.
+func checkerRows(run *Run, f checkers.Format) ([]checkerRow, []keyRow) {
 	judges := func(b bool) string {
 		if b {
 			return "judges"
@@ -432,30 +465,18 @@ func checkerRows(run *Run) ([]checkerRow, []keyRow) {
 		return "reports"
 	}
 	var rows []checkerRow
-	var keys []keyRow
-	if d := c.Linearizable(); d != nil {
-		s := fmt.Sprintf("%d operations checked on %d keys in %s; unknown writes dropped %d, kept %d", d.Checked, d.Keys, dur(d.Duration), d.DroppedUnknown, d.KeptUnknown)
-		if len(d.IllegalKeys) > 0 {
-			s += "; illegal: " + strings.Join(d.IllegalKeys, ", ")
+	for _, name := range sectionNames(run.Checkers) {
+		r := run.Checkers[name]
+		s := r.Reason
+		if k, ok := checkers.Lookup(name); ok && k.Words.Row != nil {
+			s = k.Words.Row(r, f)
 		}
-		if len(d.UnknownKeys) > 0 {
-			s += "; undecided: " + strings.Join(d.UnknownKeys, ", ")
-		}
-		rows = append(rows, checkerRow{"linearizable", c["linearizable"].Verdict.String(), judges(c["linearizable"].Judges), s})
+		rows = append(rows, checkerRow{name, verdictWord(r), judges(r.Judges), s})
 	}
-	if d := c.Summary(); d != nil {
-		var errs []string
-		for k, n := range d.Errors {
-			errs = append(errs, fmt.Sprintf("%s %d", k, n))
-		}
-		sort.Strings(errs)
-		s := fmt.Sprintf("%d critical sections: %d ok, %d fail, %d info; lost updates %d; rejections %d", d.Ops, d.OK, d.Fail, d.Info, d.LostUpdates, d.Rejections)
-		if len(errs) > 0 {
-			s += "; errors: " + strings.Join(errs, ", ")
-		}
-		rows = append(rows, checkerRow{"summary", c["summary"].Verdict.String(), judges(c["summary"].Judges), s})
+	var keys []keyRow
+	if d := run.Checkers.Summary(); d != nil {
 		var illegal []string
-		if l := c.Linearizable(); l != nil {
+		if l := run.Checkers.Linearizable(); l != nil {
 			illegal = l.IllegalKeys
 		}
 		for k, ks := range d.Keys {
@@ -463,30 +484,45 @@ func checkerRows(run *Run) ([]checkerRow, []keyRow) {
 			if ks.Final != nil {
 				r.Final = strconv.FormatInt(*ks.Final, 10)
 			}
-			for _, ik := range illegal {
-				r.Illegal = r.Illegal || ik == k
-			}
+			r.Illegal = slices.Contains(illegal, k)
 			keys = append(keys, r)
 		}
 		sort.Slice(keys, func(i, j int) bool { return naturalLess(keys[i].Key, keys[j].Key) })
 	}
-	if d := c.Mutex(); d != nil {
-		rows = append(rows, checkerRow{"mutex", c["mutex"].Verdict.String(), judges(c["mutex"].Judges),
-			fmt.Sprintf("%d holds, %d overlapping pairs, longest overlap %s", d.Holds, d.Overlaps, dur(d.Longest))})
-	}
-	if d := c.FenceOrder(); d != nil {
-		s := fmt.Sprintf("%d grants with a token, %d out of order", d.Grants, d.Violations)
-		if len(d.Examples) > 0 {
-			s += "; first: " + d.Examples[0].String()
-		}
-		rows = append(rows, checkerRow{"fence_order", c["fence_order"].Verdict.String(), judges(c["fence_order"].Judges), s})
-	}
-	if d := c.Fencing(); d != nil {
-		rows = append(rows, checkerRow{"fencing", c["fencing"].Verdict.String(), judges(c["fencing"].Judges),
-			fmt.Sprintf("%d late writes: %d accepted, %d refused; %d rejections; %d non-monotonic tokens", d.LateWrites, d.LateAccepted, d.LateRejected, d.Rejections, d.NonMonotonic)})
-	}
 	return rows, keys
 }
+
+// sectionNames are the checkers' sections of rs in the checkers' order:
+// the registered ones first, then the others by name.
+func sectionNames(rs checkers.Results) []string {
+	var out []string
+	for _, k := range checkers.Kinds() {
+		if _, ok := rs[k.Name]; ok {
+			out = append(out, k.Name)
+		}
+	}
+	var rest []string
+	for name := range rs {
+		if _, ok := checkers.Lookup(name); !ok {
+			rest = append(rest, name)
+		}
+	}
+	sort.Strings(rest)
+	return append(out, rest...)
+}
+
+// verdictWord is a section's verdict as the report prints it: "not
+// judged" for a valid verdict that rests on nothing (Result.Vacuous), so
+// that nothing unjudged reads as valid.
+func verdictWord(r checkers.Result) string {
+	if r.Verdict == checkers.Valid && r.Vacuous {
+		return notJudged
+	}
+	return r.Verdict.String()
+}
+
+// notJudged is the verdict word of what judged nothing.
+const notJudged = "not judged"
 
 func optionRows(run *Run) []kv {
 	// The options as results.json spells them: one name per field, the

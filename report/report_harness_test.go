@@ -27,7 +27,7 @@ func TestReportReadsHarnessResults(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := checkers.NewInput(evs)
-	chk := checkers.Check(t.Context(), in, checkers.Default(checkers.LinearizableOptions{})...)
+	chk := checkers.Check(t.Context(), in, checkers.ForRun(checkers.Run{})...)
 	cfg := harness.DefaultConfig()
 	cfg.Workload, cfg.LeaseTTL = "fenced-counter", 300*time.Nanosecond
 	nemesis.SpecOf[*nemesis.PauseSpec](cfg.Faults).Targets = nemesis.Weights{nemesis.GroupHolder: 1}

@@ -21,7 +21,7 @@ import (
 func fixture(t testing.TB, dir string, events []history.Event, edit func(map[string]any)) string {
 	t.Helper()
 	in := checkers.NewInput(events)
-	rep := checkers.Check(t.Context(), in, checkers.Default(checkers.LinearizableOptions{})...)
+	rep := checkers.Check(t.Context(), in, checkers.ForRun(checkers.Run{})...)
 	res := map[string]any{
 		"valid": rep.Valid, "run_id": "120000-abcd", "target": "redis", "workload": "unfenced-counter", "nemesis": "pause", "seed": 42,
 		"options": map[string]any{"target": "redis", "lease_ttl_ns": 300, "time_limit_ns": int64(20 * time.Second), "keys": 1,

@@ -20,60 +20,70 @@ type VerdictLine struct {
 }
 
 // verdictLines says the lock's verdict and the data's, as report.html and
-// `splitbrain check` head them.
+// `splitbrain check` head them: each aspect's judging checkers, in their
+// order, each in its own words (checkers.Words.Line). An aspect whose
+// checkers all judged nothing reads "not judged", never valid.
 func verdictLines(run *Run, tf timeFmt) []VerdictLine {
+	f := words{tf}
 	var out []VerdictLine
-	if d := run.Checkers.FenceOrder(); d != nil {
-		l := VerdictLine{Aspect: "lock", Verdict: run.Checkers["fence_order"].Verdict.String()}
-		switch {
-		case d.Violations > 0:
-			var parts []string
-			for _, c := range d.Costs {
-				ex := ""
-				for _, v := range d.Examples {
-					if v.Key == c.Key {
-						ex = fmt.Sprintf("%s (%s at %s)", v, v.Grant.Client, tf.at(v.Grant.Known))
-						break
-					}
+	said := map[string]bool{} // the checkers' reasons
+	for _, r := range run.Checkers {
+		said[r.Reason] = true
+	}
+	for _, aspect := range []string{checkers.AspectLock, checkers.AspectData} {
+		var texts []string
+		found, judged := false, false
+		v := aspectVerdict(run, aspect)
+		if aspect == checkers.AspectData && v != checkers.Valid {
+			// What no checker said: nothing tested, a run that did not
+			// complete.
+			for _, r := range run.Reasons {
+				if !said[r] {
+					texts = append(texts, r)
 				}
-				if ex == "" {
-					ex = fmt.Sprintf("%s: %s out of token order", c.Key, plural(c.Violations, "grant"))
-				}
-				cost := fmt.Sprintf("%s refused after it, %s stalled %s", plural(c.Refused, "stale write"), c.Key, dur(roundDur(c.Stall)))
-				if c.ToEnd {
-					cost += " (to the end)"
-				}
-				parts = append(parts, ex+": "+cost)
 			}
-			l.Text = "the lock broke its fencing promise: " + strings.Join(parts, "; ")
-			if d.Violations > len(d.Costs) {
-				l.Text += fmt.Sprintf(" (%s out of order in all)", plural(d.Violations, "grant"))
+		}
+		for _, name := range sectionNames(run.Checkers) {
+			r := run.Checkers[name]
+			if !r.Judges || aspectOf(r) != aspect {
+				continue
 			}
-		case d.Grants == 0:
-			l.Text = "no grant carried a token: fence order not judged"
-		default:
-			l.Text = fmt.Sprintf("tokens rose with grant order on every key (%s)", plural(d.Grants, "grant"))
+			found = true
+			judged = judged || !r.Vacuous || r.Verdict != checkers.Valid
+			if v != checkers.Valid && r.Verdict == checkers.Valid {
+				continue // the line says what is wrong
+			}
+			t := r.Reason
+			if k, ok := checkers.Lookup(name); ok && k.Words.Line != nil {
+				t = k.Words.Line(r, f)
+			}
+			if t != "" {
+				texts = append(texts, t)
+			}
+		}
+		if !found && aspect == checkers.AspectLock {
+			continue
+		}
+		l := VerdictLine{Aspect: aspect, Verdict: v.String(), Text: strings.Join(texts, "; ")}
+		if v == checkers.Valid && !judged {
+			l.Verdict = notJudged
+		}
+		if l.Text == "" && v != checkers.Valid {
+			l.Text = "the checkers could not decide"
 		}
 		out = append(out, l)
 	}
-	dataVerdict := aspectVerdict(run, checkers.AspectData)
-	data := VerdictLine{Aspect: "data", Verdict: dataVerdict.String()}
-	lockWhy := run.Checkers["fence_order"].Reason
-	var why []string
-	for _, r := range run.Reasons {
-		if r != lockWhy {
-			why = append(why, r)
-		}
+	return out
+}
+
+// aspectOf is the aspect a judging checker's section speaks for; a
+// results.json written before checkers named theirs counts it as the
+// data's.
+func aspectOf(r checkers.Result) string {
+	if r.Aspect == "" {
+		return checkers.AspectData
 	}
-	switch {
-	case dataVerdict == checkers.Valid:
-		data.Text = "every acknowledged increment is in the final values, no value read is impossible, and the history is linearizable"
-	case len(why) > 0:
-		data.Text = strings.Join(why, "; ")
-	default:
-		data.Text = "the checkers could not decide"
-	}
-	return append(out, data)
+	return r.Aspect
 }
 
 // aspectVerdict composes the verdicts of the judging checkers that speak for
@@ -82,11 +92,7 @@ func verdictLines(run *Run, tf timeFmt) []VerdictLine {
 func aspectVerdict(run *Run, aspect string) checkers.Verdict {
 	var vs []checkers.Verdict
 	for _, r := range run.Checkers {
-		a := r.Aspect
-		if a == "" {
-			a = checkers.AspectData
-		}
-		if r.Judges && a == aspect {
+		if r.Judges && aspectOf(r) == aspect {
 			vs = append(vs, r.Verdict)
 		}
 	}
@@ -151,9 +157,9 @@ func (x *Explained) WriteVerdict(w io.Writer) error {
 	run, anomalies := x.run, x.anomalies
 	tf := newTimeFmt(x.in.End, run.TestStart)
 	var b strings.Builder
-	fmt.Fprintf(&b, "verdict: %s — %s\n", run.Valid, strings.TrimPrefix(headline(run, anomalies, "in report.html"), "Unknown — "))
+	fmt.Fprintf(&b, "verdict: %s — %s\n", run.Valid, strings.TrimPrefix(headline(run, anomalies, "in report.html", tf), "Unknown — "))
 	for _, l := range verdictLines(run, tf) {
-		fmt.Fprintf(&b, "  %-4s  %-7s  %s\n", l.Aspect, l.Verdict, l.Text)
+		fmt.Fprintf(&b, "  %-4s  %-10s  %s\n", l.Aspect, l.Verdict, l.Text)
 	}
 	if run.TestStart > 0 {
 		fmt.Fprintf(&b, "(times count from the test's start; setup took %s before it)\n", dur(run.Phases["setup"].Round(time.Millisecond)))

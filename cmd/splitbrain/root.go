@@ -12,6 +12,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
+	"github.com/splitbrain/splitbrain/report"
 )
 
 // Exit codes.
@@ -103,6 +104,17 @@ func (g *globalFlags) logger(w io.Writer) (*slog.Logger, error) {
 		return nil, &usageError{fmt.Errorf("--log-level %q: want debug, info, warn or error", g.logLevel)}
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+}
+
+// runLogger is the logger of a command that shows a progress line on a
+// terminal (run): there, unless --log-level was given, only warnings and
+// errors share the terminal with the line; the rest goes to the run's
+// harness.log alone.
+func (g *globalFlags) runLogger(cmd *cobra.Command, w io.Writer) (*slog.Logger, error) {
+	if report.IsTerminal(w) && !cmd.Flags().Changed("log-level") {
+		return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelWarn})), nil
+	}
+	return g.logger(w)
 }
 
 func newRootCmd(stdout, stderr io.Writer) *cobra.Command {

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -35,7 +36,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 		Long: "Run one test: bring up a backend, drive clients under faults, check the history.\n\nFaults (--nemesis):\n" + faultDocs(),
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			log, err := g.logger(cmd.ErrOrStderr())
+			log, err := g.runLogger(cmd, cmd.ErrOrStderr())
 			if err != nil {
 				return err
 			}
@@ -227,10 +228,10 @@ func runTest(ctx context.Context, cfg harness.Config, sf *sshFlags, g *globalFla
 	}
 	defer closeDeps()
 	deps.Hard = hard
-	withReports(&deps, stderr)
+	end := withReports(&deps, stderr)
 	out, err := plan.Run(soft, deps)
 	if out != nil {
-		printOutcome(stdout, out)
+		printOutcome(stdout, out, end(), cfg.ResultsDir)
 	}
 	if err != nil {
 		return err
@@ -239,35 +240,43 @@ func runTest(ctx context.Context, cfg harness.Config, sf *sshFlags, g *globalFla
 }
 
 // withReports makes runs write report.html and, on a terminal, show a
-// progress line on stderr.
-func withReports(deps *harness.Deps, stderr io.Writer) {
-	deps.Report = report.Write
+// progress line on stderr. The function it returns gives the finished
+// run's explanation (nil when its report could not be made), which its
+// report and its last lines share.
+func withReports(deps *harness.Deps, stderr io.Writer) func() *report.Explained {
+	var x *report.Explained
+	deps.Report = func(dir string) error {
+		var err error
+		if x, err = report.ExplainDir(dir); err != nil {
+			return err
+		}
+		return x.WriteRun(dir)
+	}
 	if report.IsTerminal(stderr) {
 		deps.Watch = func(ctx context.Context, cfg harness.Config, hw *history.Writer) func() {
 			return report.Follow(ctx, stderr, cfg.TimeLimit, hw)
 		}
 	}
+	return func() *report.Explained { return x }
 }
 
-func printOutcome(w io.Writer, out *harness.Outcome) {
+// printOutcome ends a run: what `splitbrain check` prints of its
+// directory (the verdict, the lock's and the data's lines, the first
+// anomaly in plain words), then where its report is and how to browse it,
+// its seed, and what went wrong in the harness.
+func printOutcome(w io.Writer, out *harness.Outcome, x *report.Explained, resultsDir string) {
 	r := out.Results
-	fmt.Fprintf(w, "valid: %s\n", r.Valid)
-	for _, why := range r.Reasons {
-		fmt.Fprintf(w, "  because %s\n", why)
+	if x == nil || x.WriteVerdict(w) != nil {
+		// No report could be made: the verdict alone, from results.json.
+		fmt.Fprintf(w, "verdict: %s\n", r.Valid)
+		for _, why := range r.Reasons {
+			fmt.Fprintf(w, "  because %s\n", why)
+		}
 	}
-	if s := r.Checkers.Summary(); s != nil {
-		fmt.Fprintf(w, "ops: %d critical sections (%d ok, %d fail, %d unknown); lost updates: %d; fencing rejections: %d\n",
-			s.Ops, s.OK, s.Fail, s.Info, s.LostUpdates, s.Rejections)
-	}
-	if l := r.Checkers.Linearizable(); l != nil {
-		fmt.Fprintf(w, "linearizable: %s (%d ops checked in %v; illegal keys %v)\n", r.Checkers["linearizable"].Verdict, l.Checked, l.Duration.Round(1e6), l.IllegalKeys)
-	}
-	if m := r.Checkers.Mutex(); m != nil {
-		fmt.Fprintf(w, "overlapping holds: %d (longest %v; a live lock given away: %d)\n", m.Overlaps, m.Longest.Round(1e6), m.EarlyOverlaps)
-	}
-	fmt.Fprintf(w, "faults: %d; seed: %d\n", len(r.Faults), r.Seed)
+	fmt.Fprintf(w, "report: %s\n", filepath.Join(out.Dir, report.ReportFile))
+	fmt.Fprintf(w, "browse: splitbrain serve --results %s (then http://127.0.0.1:8080/)\n", resultsDir)
+	fmt.Fprintf(w, "seed: %d (the same faults again: --seed %d); faults: %d\n", r.Seed, r.Seed, len(r.Faults))
 	for _, e := range r.Errors {
 		fmt.Fprintf(w, "harness error: %s\n", oneLine(fmt.Errorf("%s", e)))
 	}
-	fmt.Fprintf(w, "results: %s (report.html)\n", out.Dir)
 }

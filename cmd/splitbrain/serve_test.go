@@ -35,7 +35,7 @@ func writeRunFixture(t *testing.T, results, target, workload, corpus string, sta
 		t.Fatal(err)
 	}
 	in := checkers.NewInput(evs)
-	chk := checkers.Check(t.Context(), in, checkers.Default(checkers.LinearizableOptions{})...)
+	chk := checkers.Check(t.Context(), in, checkers.ForRun(checkers.Run{})...)
 	cfg := harness.DefaultConfig()
 	cfg.Target, cfg.Workload, cfg.ResultsDir = target, workload, results
 	cfg.LeaseTTL, cfg.Keys, cfg.Seed = 300*time.Nanosecond, 1, 42
