@@ -22,6 +22,7 @@ import (
 	_ "github.com/splitbrain/splitbrain/targets/redis/redislock"
 	_ "github.com/splitbrain/splitbrain/targets/redis/redispy"
 	_ "github.com/splitbrain/splitbrain/targets/redis/redsync"
+	_ "github.com/splitbrain/splitbrain/targets/redis/sentinel"
 	_ "github.com/splitbrain/splitbrain/targets/store/postgres"
 	_ "github.com/splitbrain/splitbrain/targets/zookeeper"
 

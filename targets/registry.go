@@ -44,6 +44,13 @@ type Backend struct {
 	// file fsynced on every write); the scenarios that test the correct
 	// pattern under kills run it so.
 	DurableWith map[string]string
+	// LosesOnFailover says that a failover may lose what the old leader
+	// acknowledged — locks it granted, tokens it gave — because it
+	// replicates asynchronously (Redis with Sentinel): a replica promoted
+	// before it had them grants the lock again and counts tokens from
+	// behind. Scenarios that expect the lock's promises to survive the
+	// loss of its leader do not run it; those about failover do.
+	LosesOnFailover bool
 	// Recipe is the kind of the lock recipe its clusters hand to clients
 	// (RecipeConfig.Kind), registered with [RegisterRecipe].
 	Recipe string

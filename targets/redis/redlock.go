@@ -23,6 +23,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/redis/node"
 )
 
 // RedlockName is the Redlock backend's name.
@@ -46,10 +47,7 @@ func init() {
 		// A killed master without persistence forgets its locks (the
 		// delayed-restart assumption of Redlock is then all that holds).
 		DurableWith: map[string]string{"persistence": "aof-always"},
-		Options: []targets.Option{
-			{Name: "persistence", Values: []string{"none", "aof-always", "aof-everysec"},
-				Doc: "none: a killed master forgets its locks; aof-always: append-only file fsynced before every reply; aof-everysec: fsynced once a second"},
-		},
+		Options:     []targets.Option{node.PersistenceOption},
 	})
 }
 
@@ -62,7 +60,7 @@ var _ targets.Target = RedlockTarget{}
 // waits until each answers PING. They run under the clock shim and need no
 // extra capability to be skewed (opts.ExtraCaps is ignored).
 func (RedlockTarget) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
-	cmd, err := NodeCommand(opts.RecipeOptions["persistence"])
+	cmd, err := node.Command(opts.RecipeOptions["persistence"])
 	if err != nil {
 		return nil, err
 	}
@@ -82,7 +80,7 @@ func (RedlockTarget) Start(ctx context.Context, rt runtime.Runtime, opts targets
 	errs := make([]error, len(nodes))
 	done := make(chan int, len(nodes))
 	for i, n := range nodes {
-		go func() { errs[i] = waitReady(ctx, n); done <- i }()
+		go func() { errs[i] = node.WaitReady(ctx, n); done <- i }()
 	}
 	for range nodes {
 		<-done

@@ -28,6 +28,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/redis/setnx"
 )
 
 // Kind is the recipe's kind.
@@ -68,22 +69,28 @@ func NewLocker(_ context.Context, cfg targets.RecipeConfig, _ string, _ *slog.Lo
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("redsync: no endpoint")
 	}
-	ttl := time.Duration(cfg.TTL)
+	if cfg.TTL <= 0 {
+		return nil, errors.New("redsync: the lease TTL must be positive")
+	}
+	clients := make([]*goredis.Client, len(cfg.Endpoints))
+	for i, ep := range cfg.Endpoints {
+		clients[i] = goredis.NewClient(setnx.ClientOptions(ep))
+	}
+	return NewLockerOn(clients, time.Duration(cfg.TTL))
+}
+
+// NewLockerOn is redsync over clients its caller made, one pool each (a
+// single go-redis failover client, which finds the primary through
+// Sentinel, is one pool: a Mutex on the primary). The Locker closes them.
+func NewLockerOn(clients []*goredis.Client, ttl time.Duration) (*Locker, error) {
 	if ttl <= 0 {
 		return nil, errors.New("redsync: the lease TTL must be positive")
 	}
-	l := &Locker{ttl: ttl, retry: 20 * time.Millisecond}
-	var pools []rsredis.Pool
-	for _, ep := range cfg.Endpoints {
-		c := goredis.NewClient(&goredis.Options{
-			Addr: ep, DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond,
-			MaxRetries: -1, PoolSize: 2, ContextTimeoutEnabled: true,
-		})
-		l.clients = append(l.clients, c)
-		pools = append(pools, rsgoredis.NewPool(c))
+	pools := make([]rsredis.Pool, len(clients))
+	for i, c := range clients {
+		pools[i] = rsgoredis.NewPool(c)
 	}
-	l.rs = rs.New(pools...)
-	return l, nil
+	return &Locker{clients: clients, rs: rs.New(pools...), ttl: ttl, retry: 20 * time.Millisecond}, nil
 }
 
 // Acquire implements targets.Locker.

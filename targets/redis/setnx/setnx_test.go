@@ -1,10 +1,9 @@
-package redis
+package setnx_test
 
 import (
 	"context"
 	"errors"
 	"net"
-	"strings"
 	"testing"
 	"time"
 
@@ -13,6 +12,9 @@ import (
 
 	"github.com/splitbrain/splitbrain/internal/testenv"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/redis"
+	"github.com/splitbrain/splitbrain/targets/redis/node"
+	"github.com/splitbrain/splitbrain/targets/redis/setnx"
 )
 
 // startRedis runs our Redis image with testcontainers (no reaper: nothing
@@ -20,7 +22,7 @@ import (
 func startRedis(t *testing.T) (string, testcontainers.Container) {
 	t.Helper()
 	cli := testenv.Docker(t)
-	img := testenv.Images(t, cli, Role)[Role]
+	img := testenv.Images(t, cli, redis.Role)[redis.Role]
 	// No reaper (its image cannot be pulled), and the mapped port on
 	// loopback: left alone, testcontainers may pick a gateway address, and
 	// test traffic must stay on loopback and the project's own containers.
@@ -30,7 +32,7 @@ func startRedis(t *testing.T) (string, testcontainers.Container) {
 	c, err := testcontainers.GenericContainer(ctx, testcontainers.GenericContainerRequest{
 		ContainerRequest: testcontainers.ContainerRequest{
 			Image:        img,
-			Cmd:          Command(),
+			Cmd:          serverArgs(t),
 			ExposedPorts: []string{"6379/tcp"},
 			Labels:       map[string]string{"splitbrain.test": t.Name()},
 			WaitingFor:   wait.ForLog("Ready to accept connections").WithStartupTimeout(30 * time.Second),
@@ -67,7 +69,7 @@ func startRedis(t *testing.T) (string, testcontainers.Container) {
 
 func locker(t *testing.T, addr, client string, ttl time.Duration, opts map[string]string) targets.Locker {
 	t.Helper()
-	l, err := NewLocker(context.Background(), targets.RecipeConfig{Kind: "redis", Endpoints: []string{addr}, TTL: targets.Duration(ttl), Options: opts}, client, nil)
+	l, err := setnx.NewLocker(context.Background(), targets.RecipeConfig{Kind: "redis", Endpoints: []string{addr}, TTL: targets.Duration(ttl), Options: opts}, client, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,8 +164,8 @@ func TestRecipe(t *testing.T) {
 	t.Run("client-judged expiry lets a client with a fast clock steal a live lock", func(t *testing.T) {
 		opts := map[string]string{"expiry": "client"}
 		a, b := locker(t, addr, "a", 2*time.Second, opts), locker(t, addr, "b", 2*time.Second, opts)
-		ahead := locker(t, addr, "ahead", 2*time.Second, opts).(*Locker)
-		ahead.now = func() time.Time { return time.Now().Add(3 * time.Second) } // its wall clock runs 3s fast
+		ahead := locker(t, addr, "ahead", 2*time.Second, opts).(*setnx.Locker)
+		setnx.SetClock(ahead, func() time.Time { return time.Now().Add(3 * time.Second) }) // its wall clock runs 3s fast
 		la, err := a.Acquire(ctx, "k6")
 		if err != nil {
 			t.Fatal(err)
@@ -233,55 +235,18 @@ func TestRecipeOptions(t *testing.T) {
 		{map[string]string{"expiry": "client"}, 0, false},
 		{nil, 0, false},
 	} {
-		_, err := NewLocker(context.Background(), targets.RecipeConfig{Endpoints: []string{"127.0.0.1:1"}, TTL: targets.Duration(tt.ttl), Options: tt.opts}, "c", nil)
+		_, err := setnx.NewLocker(context.Background(), targets.RecipeConfig{Endpoints: []string{"127.0.0.1:1"}, TTL: targets.Duration(tt.ttl), Options: tt.opts}, "c", nil)
 		if (err == nil) != tt.ok {
 			t.Errorf("options %v ttl %v: err %v", tt.opts, tt.ttl, err)
 		}
 	}
 }
 
-func TestParseTime(t *testing.T) {
-	tests := []struct {
-		out  string
-		want time.Time
-		ok   bool
-	}{
-		{"1700000000\n123456\n", time.Unix(1700000000, 123456000), true},
-		{"1700000000\r\n0\r\n", time.Unix(1700000000, 0), true},
-		{"1700000000\n", time.Time{}, false},
-		{"x\n1\n", time.Time{}, false},
-		{"1\n1000000\n", time.Time{}, false},
-		{"(error) ERR\n", time.Time{}, false},
+func serverArgs(t *testing.T) []string {
+	t.Helper()
+	c, err := node.ServerArgs("")
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tt := range tests {
-		got, err := parseTime([]byte(tt.out))
-		if (err == nil) != tt.ok || !got.Equal(tt.want) {
-			t.Errorf("parseTime(%q) = %v, %v; want %v ok=%v", tt.out, got, err, tt.want, tt.ok)
-		}
-	}
-}
-
-func TestCommandFor(t *testing.T) {
-	for _, tt := range []struct {
-		persistence string
-		want        []string
-		bad         bool
-	}{
-		{"", []string{"--appendonly no"}, false},
-		{"none", []string{"--appendonly no"}, false},
-		{"aof-always", []string{"--appendonly yes", "--appendfsync always", "--dir " + DataDir}, false},
-		{"aof-everysec", []string{"--appendonly yes", "--appendfsync everysec"}, false},
-		{"rdb", nil, true},
-	} {
-		c, err := CommandFor(tt.persistence)
-		if (err != nil) != tt.bad {
-			t.Fatalf("%q: err %v", tt.persistence, err)
-		}
-		line := strings.Join(c, " ")
-		for _, w := range tt.want {
-			if !strings.Contains(line, w) {
-				t.Errorf("%q: %q lacks %q", tt.persistence, line, w)
-			}
-		}
-	}
+	return c
 }
