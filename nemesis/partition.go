@@ -76,6 +76,9 @@ func (s *PartitionSpec) topologies(t Target) []string {
 	}
 	var out []string
 	for _, name := range Topologies() {
+		if topologies[strings.TrimSuffix(name, OneWay)].named {
+			continue
+		}
 		if CheckTopology(name, t.Size, t.Leads) == nil {
 			out = append(out, name)
 		}
@@ -103,11 +106,16 @@ func (g Grudge) Reaches(a, b string) bool { return !slices.Contains(g[b], a) }
 
 // Topology names.
 const (
-	TopoOne              = "one"
-	TopoMajority         = "majority"
-	TopoMajorityRing     = "majority-ring"
-	TopoBridge           = "bridge"
-	TopoLeader           = "leader"
+	TopoOne          = "one"
+	TopoMajority     = "majority"
+	TopoMajorityRing = "majority-ring"
+	TopoBridge       = "bridge"
+	TopoLeader       = "leader"
+	// TopoLeaderWithClient cuts the leader and one client off from the
+	// other lock nodes and clients: a minority that still serves a client
+	// while the majority may choose another leader (with Redis and
+	// Sentinel, two primaries at once: split brain).
+	TopoLeaderWithClient = "leader-with-client"
 	TopoClientsFromLocks = "clients-from-locks"
 	// TopoLocksAway cuts every client off from every lock node: the lock
 	// service partitioned away.
@@ -127,7 +135,10 @@ type topology struct {
 	needsLeader bool
 	// holders says the topology cuts off the clients holding a lock.
 	holders bool
-	build   func(ctx context.Context, env *Env, rng *rand.Rand) (first, second []string, err error)
+	// named says the topology is drawn only when --partitions names it,
+	// never among the defaults (it needs clients on both sides).
+	named bool
+	build func(ctx context.Context, env *Env, rng *rand.Rand) (first, second []string, err error)
 }
 
 var topologies = map[string]topology{
@@ -153,6 +164,18 @@ var topologies = map[string]topology{
 			return nil, nil, fmt.Errorf("find leader: %w", err)
 		}
 		return []string{l.Name()}, without(nodeNames(env.Nodes), l.Name()), nil
+	}},
+	TopoLeaderWithClient: {minNodes: 3, needsLeader: true, named: true, build: func(ctx context.Context, env *Env, rng *rand.Rand) ([]string, []string, error) {
+		l, err := env.Leader(ctx)
+		if err != nil {
+			return nil, nil, fmt.Errorf("find leader: %w", err)
+		}
+		clients := nodeNames(env.Clients)
+		if len(clients) < 2 {
+			return nil, nil, errors.New("leader-with-client needs 2 clients or more")
+		}
+		c := clients[rng.IntN(len(clients))]
+		return []string{l.Name(), c}, append(without(nodeNames(env.Nodes), l.Name()), without(clients, c)...), nil
 	}},
 	TopoClientsFromLocks: {minNodes: 1, holders: true, build: func(ctx context.Context, env *Env, rng *rand.Rand) ([]string, []string, error) {
 		cs, err := someClients(ctx, env, rng)

@@ -282,6 +282,17 @@ func RecipeOption(name, value string) Need {
 	return ClientOption(name, value)
 }
 
+// LosesOnFailover: a lock service whose failover may lose what its old
+// leader acknowledged (asynchronous replication: Redis with Sentinel).
+var LosesOnFailover = Need{Says: "a failover that may lose acknowledged grants (asynchronous replication)", Test: func(b targets.Backend) bool { return b.LosesOnFailover }}
+
+// KeepsGrants: a lock service that keeps every grant and token its leader
+// acknowledged through the loss of that leader (a single node, or a
+// consensus-backed service). The scenarios that expect the lock's promises
+// to hold while its nodes are killed and cut off need it; a service that
+// fails over asynchronously has the failover scenarios instead.
+var KeepsGrants = Need{Says: "a lock service that keeps acknowledged grants through a failover", Test: func(b targets.Backend) bool { return !b.LosesOnFailover }}
+
 // AppliesTo reports whether every need of s holds for b.
 func (s Scenario) AppliesTo(b targets.Backend) bool {
 	for _, n := range s.Needs {
@@ -378,7 +389,7 @@ func holders() nemesis.Weights { return nemesis.Weights{nemesis.GroupHolder: 1} 
 func Catalogue() []Scenario {
 	return []Scenario{
 		{
-			Name: "correct-pattern", AntiPattern: 0, Needs: []Need{Fencing},
+			Name: "correct-pattern", AntiPattern: 0, Needs: []Need{Fencing, KeepsGrants},
 			Title: "lease + owner-checked release + fencing keeps the data correct under pauses, partitions and kills",
 			Apply: func(c *harness.Config, b targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys = "fenced-counter", "pause,partition,kill", 2
@@ -576,7 +587,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), NoEarlyOverlaps: true},
 		},
 		{
-			Name: "token-across-restarts", AntiPattern: 0, Needs: []Need{Fencing},
+			Name: "token-across-restarts", AntiPattern: 0, Needs: []Need{Fencing, KeepsGrants},
 			Title: "fencing tokens keep rising while the lock service itself is killed and restarted (its leader, when it has one)",
 			Apply: func(c *harness.Config, b targets.Backend) {
 				// The fault that breaks a fencing token: the service that
@@ -691,7 +702,58 @@ func Catalogue() []Scenario {
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), Recovers: true, MaxStall: 9 * time.Second},
 		},
+		// Asynchronous replication and failover (docs/redis-sentinel.md
+		// has the rates and docs/known-bugs.md Redis's own words).
+		{
+			Name: "failover-loses-lock", AntiPattern: KnownBug, Needs: []Need{LosesOnFailover},
+			Title: "known behaviour: the primary is cut off with one client while the others promote a replica: two primaries grant the lock at once (split brain), and an unfenced counter loses updates",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				splitBrain(c)
+				c.Workload = "unfenced-counter"
+			},
+			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
+		},
+		{
+			Name: "failover-token-back", AntiPattern: KnownBug, Needs: []Need{LosesOnFailover, Fencing},
+			Title: "known behaviour: the same split brain, fenced: the promoted replica counts tokens from behind the old primary's, the lock's fence order breaks, and the store refuses the tokens that went back (each token unique to the primary that gave it)",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				splitBrain(c)
+				c.Workload = "fenced-counter"
+			},
+			Expect: Expect{Lock: verdict(checkers.Invalid), Data: verdict(checkers.Valid), MinRejections: 1},
+		},
+		{
+			Name: "failover-token-equal", AntiPattern: KnownBug, Needs: []Need{LosesOnFailover, Fencing, ClientOption("token", "counter")},
+			Title: "known behaviour: the same split brain, fenced with the plain INCR counter: both primaries hand out the same token values, the store takes an equal token for the same holder's retry, and updates are lost despite fencing",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				splitBrain(c)
+				c.Workload = "fenced-counter"
+				c.RecipeOptions = map[string]string{"token": "counter"}
+			},
+			Expect: Expect{Lock: verdict(checkers.Invalid), Data: verdict(checkers.Invalid), MinLostUpdates: 1},
+		},
+		{
+			Name: "failover-wait-replica", AntiPattern: 0, Needs: []Need{LosesOnFailover, ClientOption("wait", "1")},
+			Title: "the same split brain with WAIT 1 after every grant: the cut-off primary gets no replica's acknowledgement and its grants are refused, so no second holder (WAIT narrows the window: it does not make failover safe)",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				splitBrain(c)
+				c.Workload = "unfenced-counter"
+				c.RecipeOptions = map[string]string{"wait": "1"}
+			},
+			Expect: Expect{Valid: verdict(checkers.Valid), NoEarlyOverlaps: true},
+		},
 	}
+}
+
+// splitBrain cuts the lock service's leader off with one of four clients
+// for 10 s, from a second into the run: long enough for the others to promote
+// another leader and take locks from it while the cut-off client still
+// takes them from the old one.
+func splitBrain(c *harness.Config) {
+	c.Nemesis, c.Keys, c.Concurrency = "partition", 1, 4
+	nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoLeaderWithClient}
+	c.Work, c.AcquireTimeout = 200*time.Millisecond, 2*time.Second
+	c.FaultMin, c.FaultMax, c.NemesisInterval = 10*time.Second, 10*time.Second, time.Second
 }
 
 // halfOpen is the half-open holder: three clients on one key, each holding

@@ -18,7 +18,7 @@ import (
 )
 
 // validationScenarios back the checklist.
-var validationScenarios = []string{"correct-pattern", "token-across-restarts", "holder-lost-recovery", "late-writer-drill", "unfenced-late-write", "busy-vs-unavailable", "single-node-away"}
+var validationScenarios = []string{"correct-pattern", "token-across-restarts", "holder-lost-recovery", "late-writer-drill", "unfenced-late-write", "busy-vs-unavailable", "single-node-away", "failover-token-back"}
 
 // The checklist's questions.
 const (
@@ -190,12 +190,17 @@ var questions = []question{
 		fault:    "the lock service killed and restarted (its leader, when it has several members): a service that forgets its counter, or a new leader behind the old one, gives low tokens again",
 		runs:     func(r Row) bool { return r.Fenced },
 		exercised: func(b targets.Backend, r Row) bool {
-			if b.Size > 1 && b.Leads {
+			switch {
+			case r.Scenario == "failover-token-back":
+				// Its leader cut off with a client while the others
+				// fail over.
+				return r.Partitions > 0
+			case b.Size > 1 && b.Leads:
 				return r.LeaderKills > 0
 			}
 			return r.NodeKills > 0
 		},
-		notTested:        "no fenced run killed the lock service (or, with several members, its leader)",
+		notTested:        "no fenced run killed the lock service (or, with several members, its leader, or cut its leader off)",
 		failsUnexercised: true,
 		judge: func(b targets.Backend, all, ex []Row) (Answer, string) {
 			out, lockBad, rej := 0, 0, 0
@@ -294,9 +299,9 @@ var questions = []question{
 		q:        qConsensus,
 		property: "the lock service is replicated with a leader (3 or more members), and the fenced correct pattern stays correct when members are cut off or killed",
 		fault:    "partitions and kills of lock-service members (and of its leader)",
-		runs:     scenarioIs("correct-pattern", "token-across-restarts"),
+		runs:     scenarioIs("correct-pattern", "token-across-restarts", "failover-token-back"),
 		exercised: func(_ targets.Backend, r Row) bool {
-			return r.NodeKills > 0 || (r.Scenario == "correct-pattern" && r.Partitions > 0)
+			return r.NodeKills > 0 || (r.Scenario != "token-across-restarts" && r.Partitions > 0)
 		},
 		notTested:        "no fenced run of the recipe under test partitioned or killed lock-service members",
 		failsUnexercised: true,
@@ -304,6 +309,16 @@ var questions = []question{
 			ev := fmt.Sprintf("%d lock nodes, leader: %v", b.Size, b.Leads)
 			if b.Size < 3 || !b.Leads {
 				return Fail, ev + ": not a consensus-backed service (by its declaration)"
+			}
+			if b.LosesOnFailover {
+				lockBad := 0
+				for _, r := range ex {
+					if r.Lock == checkers.Invalid {
+						lockBad++
+					}
+				}
+				return Fail, ev + fmt.Sprintf(", replicated asynchronously: a failover loses what the old leader acknowledged (by its declaration); %d of %d fenced runs under member faults broke the lock's fence order%s",
+					lockBad, len(ex), mismatches(ex))
 			}
 			ev += fmt.Sprintf("; %d fenced runs under member faults (%d partitions, %d kills)", len(ex),
 				sum(ex, func(r Row) int { return r.Partitions }), sum(ex, func(r Row) int { return r.NodeKills }))

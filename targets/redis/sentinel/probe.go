@@ -69,8 +69,7 @@ func Probe(ctx context.Context, endpoint string) (Status, error) {
 		return Status{}, fmt.Errorf("redis-sentinel probe: redis INFO: %w", err)
 	}
 	s := ParseInfo(info)
-	sc := goredis.NewSentinelClient(&goredis.Options{Addr: net.JoinHostPort(host, strconv.Itoa(SentinelPort)),
-		DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, MaxRetries: -1})
+	sc := goredis.NewSentinelClient(sentinelOptions(net.JoinHostPort(host, strconv.Itoa(SentinelPort))))
 	defer sc.Close()
 	m, err := sc.Master(ctx, MasterName).Result()
 	if err != nil {
@@ -84,6 +83,11 @@ func Probe(ctx context.Context, endpoint string) (Status, error) {
 	}
 	s.Sentinel = &v
 	return s, nil
+}
+
+// sentinelOptions are the settings of a client of the Sentinel at addr.
+func sentinelOptions(addr string) *goredis.Options {
+	return &goredis.Options{Addr: addr, DialTimeout: 500 * time.Millisecond, ReadTimeout: 500 * time.Millisecond, MaxRetries: -1}
 }
 
 // ParseInfo reads the fields of Status from Redis's INFO answer.

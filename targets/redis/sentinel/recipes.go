@@ -33,29 +33,38 @@ const GoRedis = "github.com/redis/go-redis/v9"
 // wait-timeout.
 const DefaultWaitTimeout = 200 * time.Millisecond
 
-// WaitOptions are the recipe's replication options.
-var WaitOptions = []targets.Option{
+// ReplicationOptions are the recipe's options about the replicas.
+var ReplicationOptions = []targets.Option{
+	{Name: "token", Values: []string{"server", "counter"},
+		Doc: "server: the token is the INCR counter times 2^24 plus 24 bits of the primary's run_id, unique to the primary that gave it; counter: the INCR counter alone, as on a single Redis (two primaries at once hand out equal tokens)"},
 	{Name: "wait", Values: []string{"0", "1", "2"},
 		Doc: "replicas that must acknowledge a grant (WAIT N after the grant, on the same connection); a grant fewer acknowledged is taken back and the attempt fails unavailable; 0: no WAIT"},
 	{Name: "wait-timeout", Doc: "how long WAIT waits for the replicas, e.g. 200ms (the default)"},
 }
 
-// WaitOf reads wait and wait-timeout from a run's options.
-func WaitOf(opts map[string]string) (setnx.Wait, error) {
-	w := setnx.Wait{Timeout: DefaultWaitTimeout}
+// ReplicationOf reads token, wait and wait-timeout from a run's options.
+func ReplicationOf(opts map[string]string) (setnx.Replicated, error) {
+	w := setnx.Replicated{WaitTimeout: DefaultWaitTimeout, ServerTokens: true}
+	switch v := opts["token"]; v {
+	case "", "server":
+	case "counter":
+		w.ServerTokens = false
+	default:
+		return w, fmt.Errorf("redis-sentinel recipe: token=%q: want server or counter", v)
+	}
 	if v, ok := opts["wait"]; ok {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 || n > Replicas {
 			return w, fmt.Errorf("redis-sentinel recipe: wait=%q: want 0..%d", v, Replicas)
 		}
-		w.Replicas = n
+		w.Wait = n
 	}
 	if v, ok := opts["wait-timeout"]; ok {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 || d > 5*time.Second {
 			return w, fmt.Errorf("redis-sentinel recipe: wait-timeout=%q: want a duration up to 5s (200ms)", v)
 		}
-		w.Timeout = d
+		w.WaitTimeout = d
 	}
 	return w, nil
 }
@@ -80,17 +89,18 @@ func FailoverClient(sentinels []string, readTimeout time.Duration) *goredis.Clie
 
 // NewLocker is the own recipe's targets.LockerFactory: the single Redis's
 // recipe (SET NX PX and an INCR token in one script, compare-and-delete
-// release) on the primary the Sentinels name, with WAIT after each grant
-// when wait=N.
+// release) on the primary the Sentinels name, its token unique to the
+// primary that gave it (token=server), with WAIT after each grant when
+// wait=N.
 func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, _ *slog.Logger) (targets.Locker, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("redis-sentinel recipe: no Sentinel address")
 	}
-	w, err := WaitOf(cfg.Options)
+	w, err := ReplicationOf(cfg.Options)
 	if err != nil {
 		return nil, err
 	}
-	rdb := FailoverClient(cfg.Endpoints, w.Timeout+300*time.Millisecond)
+	rdb := FailoverClient(cfg.Endpoints, w.WaitTimeout+300*time.Millisecond)
 	l, err := setnx.NewLockerOn(rdb, cfg, client, w)
 	if err != nil {
 		rdb.Close()
@@ -137,7 +147,7 @@ func recipes() []targets.Recipe {
 			Title:   "SET NX PX + INCR token on the primary found through Sentinel (go-redis's failover client; wait=N adds WAIT)",
 			Library: GoRedis, Version: targets.ModuleVersion(GoRedis),
 			Fencing: true, CheckedRelease: true,
-			Options: append(append([]targets.Option{}, setnx.Options...), WaitOptions...),
+			Options: append(append([]targets.Option{}, setnx.Options...), ReplicationOptions...),
 			New:     NewLocker,
 		},
 		{

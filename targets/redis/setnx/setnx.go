@@ -13,8 +13,8 @@
 //	release=unchecked  DEL without the owner check: deletes others' locks
 //
 // [NewLocker] runs it on one Redis; [NewLockerOn] on a client its caller
-// made (go-redis's failover client for Redis with Sentinel), optionally
-// followed by WAIT ([Wait]).
+// made (go-redis's failover client for Redis with Sentinel), with WAIT
+// after each grant and tokens unique to the server ([Replicated]).
 package setnx
 
 import (
@@ -49,8 +49,13 @@ if ARGV[2] == "0" then
 else
   ok = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
 end
-if ok then return redis.call('INCR', KEYS[2]) end
-return false`)
+if not ok then return false end
+local n = redis.call('INCR', KEYS[2])
+if ARGV[3] == "1" then
+  local id = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')
+  return n * 16777216 + tonumber(string.sub(id, 1, 6), 16)
+end
+return n`)
 
 // clientAcquireScript is expiry=client's grant: the lock's value is
 // "owner|expiry" (expiry in Unix ms by the holder's clock, ARGV[1]); the
@@ -79,8 +84,8 @@ type Locker struct {
 	unchecked bool
 	// clientExpiry is expiry=client: expiry judged by clients' clocks.
 	clientExpiry bool
-	// wait, when its Replicas is set, follows each grant with WAIT.
-	wait Wait
+	// rep says how it runs on a primary with replicas.
+	rep Replicated
 	// now is the client's wall clock (time.Now; skewed with the process).
 	now   func() time.Time
 	retry time.Duration
@@ -89,16 +94,24 @@ type Locker struct {
 
 var _ targets.Locker = (*Locker)(nil)
 
-// Wait is how many replicas must have a grant before it is given: the
-// grant's script and WAIT Replicas Timeout go to the server together, on
-// one connection (WAIT waits for that connection's writes), and a grant
-// that fewer replicas acknowledged within Timeout is taken back (the lock
-// deleted by its owner) and the attempt fails unavailable. WAIT narrows
-// the window in which a failover loses a grant; it does not close it
-// (docs/redis-sentinel.md).
-type Wait struct {
-	Replicas int
-	Timeout  time.Duration
+// Replicated is how the recipe runs on a primary with replicas.
+type Replicated struct {
+	// Wait is how many replicas must have a grant before it is given: the
+	// grant's script and WAIT Wait WaitTimeout go to the server together,
+	// on one connection (WAIT waits for that connection's writes), and a
+	// grant that fewer replicas acknowledged within WaitTimeout is taken
+	// back (the lock deleted by its owner) and the attempt fails
+	// unavailable. WAIT narrows the window in which a failover loses a
+	// grant; it does not close it (docs/redis-sentinel.md).
+	Wait        int
+	WaitTimeout time.Duration
+	// ServerTokens makes every token unique to the server process that
+	// gave it: the counter times 2^24 plus the first 24 bits of the
+	// server's run_id. Two primaries at once (a split brain) count from
+	// the same value; with plain counters they hand out equal tokens,
+	// which a store that takes an equal token for the same holder's retry
+	// cannot tell apart. Tokens of one server still rise with its counter.
+	ServerTokens bool
 }
 
 // ClientOptions are the go-redis settings the recipes use: short
@@ -121,7 +134,7 @@ func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, _ *sl
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("redis recipe: no endpoint")
 	}
-	l, err := NewLockerOn(nil, cfg, client, Wait{})
+	l, err := NewLockerOn(nil, cfg, client, Replicated{})
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +146,7 @@ func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, _ *sl
 // failover client, which finds the primary through Sentinel), with cfg's
 // options (expiry, release) and wait after every grant. The Locker closes
 // rdb.
-func NewLockerOn(rdb *goredis.Client, cfg targets.RecipeConfig, client string, wait Wait) (*Locker, error) {
+func NewLockerOn(rdb *goredis.Client, cfg targets.RecipeConfig, client string, rep Replicated) (*Locker, error) {
 	ttl := time.Duration(cfg.TTL)
 	switch cfg.Options["expiry"] {
 	case "", "ttl", "client":
@@ -145,12 +158,12 @@ func NewLockerOn(rdb *goredis.Client, cfg targets.RecipeConfig, client string, w
 	if ttl == 0 && cfg.Options["expiry"] != "none" {
 		return nil, errors.New("redis recipe: ttl must be positive (or set expiry=none)")
 	}
-	if wait.Replicas < 0 || wait.Replicas > 0 && wait.Timeout <= 0 {
-		return nil, fmt.Errorf("redis recipe: wait for %d replicas within %v: want a positive number and timeout", wait.Replicas, wait.Timeout)
+	if rep.Wait < 0 || rep.Wait > 0 && rep.WaitTimeout <= 0 {
+		return nil, fmt.Errorf("redis recipe: wait for %d replicas within %v: want a positive number and timeout", rep.Wait, rep.WaitTimeout)
 	}
 	return &Locker{
 		rdb: rdb, client: client, ttl: ttl, unchecked: cfg.Options["release"] == "unchecked",
-		clientExpiry: cfg.Options["expiry"] == "client", wait: wait, now: time.Now, retry: 20 * time.Millisecond,
+		clientExpiry: cfg.Options["expiry"] == "client", rep: rep, now: time.Now, retry: 20 * time.Millisecond,
 	}, nil
 }
 
@@ -171,10 +184,10 @@ func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error)
 			now := l.now()
 			value = fmt.Sprintf("%s|%d", owner, now.Add(l.ttl).UnixMilli())
 			res, err = clientAcquireScript.Run(ctx, l.rdb, keys, value, now.UnixMilli()).Int64()
-		} else if l.wait.Replicas > 0 {
+		} else if l.rep.Wait > 0 {
 			res, err = l.grantAndWait(ctx, keys, owner)
 		} else {
-			res, err = acquireScript.Run(ctx, l.rdb, keys, owner, l.ttl.Milliseconds()).Int64()
+			res, err = acquireScript.Run(ctx, l.rdb, keys, owner, l.ttl.Milliseconds(), l.serverTokens()).Int64()
 		}
 		switch {
 		case err == nil:
@@ -204,8 +217,8 @@ var errNotReplicated = errors.New("grant not acknowledged by enough replicas")
 // connection) and takes back a grant that too few replicas acknowledged.
 func (l *Locker) grantAndWait(ctx context.Context, keys []string, owner string) (int64, error) {
 	pipe := l.rdb.Pipeline()
-	grant := acquireScript.Eval(ctx, pipe, keys, owner, l.ttl.Milliseconds())
-	acked := pipe.Do(ctx, "WAIT", l.wait.Replicas, l.wait.Timeout.Milliseconds())
+	grant := acquireScript.Eval(ctx, pipe, keys, owner, l.ttl.Milliseconds(), l.serverTokens())
+	acked := pipe.Do(ctx, "WAIT", l.rep.Wait, l.rep.WaitTimeout.Milliseconds())
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, goredis.Nil) {
 		return 0, err
 	}
@@ -217,15 +230,23 @@ func (l *Locker) grantAndWait(ctx context.Context, keys []string, owner string) 
 	if err != nil {
 		return 0, fmt.Errorf("WAIT: %w", err)
 	}
-	if n < int64(l.wait.Replicas) {
+	if n < int64(l.rep.Wait) {
 		// Given back at once (best effort): a grant nobody holds would
 		// keep the lock busy for a whole TTL.
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 500*time.Millisecond)
 		defer cancel()
 		_ = releaseScript.Run(rctx, l.rdb, keys[:1], owner).Err()
-		return 0, fmt.Errorf("%w: %d of %d within %v", errNotReplicated, n, l.wait.Replicas, l.wait.Timeout)
+		return 0, fmt.Errorf("%w: %d of %d within %v", errNotReplicated, n, l.rep.Wait, l.rep.WaitTimeout)
 	}
 	return res, nil
+}
+
+// serverTokens is the grant script's switch for Wait.ServerTokens.
+func (l *Locker) serverTokens() string {
+	if l.rep.ServerTokens {
+		return "1"
+	}
+	return "0"
 }
 
 // Close implements targets.Locker.
