@@ -17,6 +17,7 @@ import (
 	_ "github.com/splitbrain/splitbrain/targets/etcd"
 	_ "github.com/splitbrain/splitbrain/targets/external"
 	_ "github.com/splitbrain/splitbrain/targets/lockd"
+	_ "github.com/splitbrain/splitbrain/targets/mariadb"
 	_ "github.com/splitbrain/splitbrain/targets/postgres"
 	_ "github.com/splitbrain/splitbrain/targets/redis"
 	_ "github.com/splitbrain/splitbrain/targets/redis/redislock"

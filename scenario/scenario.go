@@ -282,6 +282,10 @@ func RecipeOption(name, value string) Need {
 	return ClientOption(name, value)
 }
 
+// Keepalive: a server whose TCP keepalives a run can lower, so that it
+// notices a silent client within seconds (targets.Backend.KeepaliveWith).
+var Keepalive = Need{Says: "a server whose TCP keepalives can be lowered", Test: func(b targets.Backend) bool { return len(b.KeepaliveWith) > 0 }}
+
 // LosesOnFailover: a lock service whose failover may lose what its old
 // leader acknowledged (asynchronous replication: Redis with Sentinel).
 var LosesOnFailover = Need{Says: "a failover that may lose acknowledged grants (asynchronous replication)", Test: func(b targets.Backend) bool { return b.LosesOnFailover }}
@@ -684,8 +688,8 @@ func Catalogue() []Scenario {
 		// A session lock's known problem (docs/postgres.md has the
 		// figures): the half-open holder.
 		{
-			Name: "postgres-half-open-session", AntiPattern: KnownBug, Needs: []Need{SessionLock, ClientOption("timeout", "none"), Fencing},
-			Title: "known problem: a holder cut from PostgreSQL keeps its advisory lock until the server notices its session is gone (TCP keepalives: 2 h by default), and the others wait",
+			Name: "half-open-session", AntiPattern: KnownBug, Needs: []Need{SessionLock, ClientOption("timeout", "none"), Fencing},
+			Title: "known problem: a holder cut from the database keeps its session lock (a PostgreSQL advisory lock, a MariaDB named lock) until the server notices its session is gone (TCP keepalives: 2 h by default), and the others wait",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				halfOpen(c)
 			},
@@ -694,11 +698,11 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), MinStall: 10 * time.Second},
 		},
 		{
-			Name: "postgres-half-open-keepalive", AntiPattern: 0, Needs: []Need{SessionLock, ClientOption("timeout", "none"), ClientOption("tcp_keepalives_idle", "1"), Fencing},
-			Title: "control of postgres-half-open-session: the same cut with the server's TCP keepalives at 1 s idle, 1 s interval, 2 probes: the lock comes back within seconds",
-			Apply: func(c *harness.Config, _ targets.Backend) {
+			Name: "half-open-keepalive", AntiPattern: 0, Needs: []Need{SessionLock, ClientOption("timeout", "none"), Keepalive, Fencing},
+			Title: "control of half-open-session: the same cut with the server's TCP keepalives at 1 s idle, 1 s interval, 2 probes: the lock comes back within seconds",
+			Apply: func(c *harness.Config, b targets.Backend) {
 				halfOpen(c)
-				maps.Copy(c.RecipeOptions, map[string]string{"tcp_keepalives_idle": "1", "tcp_keepalives_interval": "1", "tcp_keepalives_count": "2"})
+				maps.Copy(c.RecipeOptions, b.KeepaliveWith)
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), Recovers: true, MaxStall: 9 * time.Second},
 		},

@@ -52,11 +52,11 @@ func TestCatalogueCoversEveryAntiPattern(t *testing.T) {
 // computed from what the shipped backends declare, are the ones the
 // catalogue named before it chose by declaration.
 func TestTargetsFromDeclarations(t *testing.T) {
-	all := "etcd,lockd,postgres,redis,zookeeper"
+	all := "etcd,lockd,mariadb,postgres,redis,zookeeper"
 	// Redis with Sentinel fails over asynchronously: not the scenarios
 	// that expect the lock's promises through kills of its leader, but
 	// the failover ones.
-	withSentinel := "etcd,lockd,postgres,redis,redis-sentinel,zookeeper"
+	withSentinel := "etcd,lockd,mariadb,postgres,redis,redis-sentinel,zookeeper"
 	want := map[string]string{
 		"correct-pattern":      all,
 		"holder-lost-recovery": withSentinel,
@@ -66,9 +66,9 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		"long-ttl-unavailable": "redis,redis-sentinel",
 		"client-clock-expiry":  "redis,redis-sentinel",
 		"unchecked-release":    "redis,redis-sentinel",
-		"unfenced-late-write":  "etcd,lockd,postgres,redis,redis-sentinel,redlock,zookeeper",
-		"bypass-writer":        "postgres,redis",
-		"single-node-away":     "postgres,redis",
+		"unfenced-late-write":  "etcd,lockd,mariadb,postgres,redis,redis-sentinel,redlock,zookeeper",
+		"bypass-writer":        "mariadb,postgres,redis",
+		"single-node-away":     "mariadb,postgres,redis",
 		"single-node-restart":  "redis",
 		"busy-vs-unavailable":  "etcd,lockd,redis-sentinel,zookeeper",
 		"late-writer-drill":    withSentinel,
@@ -85,8 +85,8 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		"etcd-unlock-once":               "",
 		"curator-disconnect-two-holders": "",
 		"curator-session-expiry-race":    "",
-		"postgres-half-open-session":     "postgres",
-		"postgres-half-open-keepalive":   "postgres",
+		"half-open-session":              "mariadb,postgres",
+		"half-open-keepalive":            "mariadb,postgres",
 		// Asynchronous failover.
 		"failover-loses-lock":   "redis-sentinel",
 		"failover-token-back":   "redis-sentinel",

@@ -44,6 +44,11 @@ type Backend struct {
 	// file fsynced on every write); the scenarios that test the correct
 	// pattern under kills run it so.
 	DurableWith map[string]string
+	// KeepaliveWith, for a backend whose lock lives as long as the
+	// client's session, are the --recipe-opt settings under which the
+	// server notices a client gone silent within seconds (its TCP
+	// keepalives lowered); the half-open holder's control runs it so.
+	KeepaliveWith map[string]string
 	// LosesOnFailover says that a failover may lose what the old leader
 	// acknowledged — locks it granted, tokens it gave — because it
 	// replicates asynchronously (Redis with Sentinel): a replica promoted

@@ -51,8 +51,10 @@ func init() {
 		Roles:   []targets.Role{NodeRole},
 		Size:    1,
 		Durable: true, // its fencing sequence survives a kill (its locks do not)
-		Recipe:  Name,
-		Options: ServerSettings,
+		// The server notices a silent client within about 3 s.
+		KeepaliveWith: map[string]string{"tcp_keepalives_idle": "1", "tcp_keepalives_interval": "1", "tcp_keepalives_count": "2"},
+		Recipe:        Name,
+		Options:       ServerSettings,
 		Probe: &targets.Probe{
 			Endpoint: net.JoinHostPort("127.0.0.1", strconv.Itoa(pgserver.Port)),
 			Run:      func(ctx context.Context, endpoint string) (any, error) { return pgserver.Probe(ctx, endpoint) },

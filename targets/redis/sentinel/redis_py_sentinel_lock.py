@@ -25,7 +25,6 @@ class SentinelAdapter(redis_py_lock.Adapter):
             sentinels.append((host, int(port)))
         sentinel = Sentinel(sentinels, socket_timeout=0.5, socket_connect_timeout=0.5)
         self.redis = sentinel.master_for(MASTER, socket_timeout=0.5, socket_connect_timeout=0.5)
-        reply["library"] = "redis-py (Sentinel)"
         return reply
 
 
