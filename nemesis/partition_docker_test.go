@@ -54,7 +54,7 @@ func TestTopologiesReachability(t *testing.T) {
 				t.Fatalf("%s cuts nothing", topo)
 			}
 			probed := env.Nodes
-			if strings.HasPrefix(topo, nemesis.TopoClientsFromLocks) || strings.HasPrefix(topo, nemesis.TopoStoreFromClients) || strings.HasPrefix(topo, nemesis.TopoLocksAway) {
+			if strings.HasPrefix(topo, nemesis.TopoClientsFromLocks) || strings.HasPrefix(topo, nemesis.TopoStoreFromClients) || strings.HasPrefix(topo, nemesis.TopoLocksAway) || strings.HasPrefix(topo, nemesis.TopoLeaderWithClient) {
 				probed = all
 			}
 			if err := nemesis.Apply(ctx, env, g); err != nil {

@@ -85,21 +85,24 @@ func TestFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// One replica's Redis frozen (not its Sentinel, which would be in
-	// TILT mode for 30 s after it): wait=2 cannot be met, wait=1 can.
+	// One replica cut off from the primary (its packets dropped inside
+	// it; neither frozen, which would put its Sentinel in TILT mode for
+	// 30 s, nor its PID 1 stopped from inside, which the kernel ignores):
+	// wait=2 cannot be met, wait=1 can.
 	replica := c.Nodes()[2]
-	if _, err := runtime.Run(ctx, replica, "kill", "-STOP", "1"); err != nil {
+	drop := []string{"INPUT", "-s", first.Addr().String(), "-j", "DROP"}
+	if _, err := runtime.Run(ctx, replica, append([]string{"iptables", "-I"}, drop...)...); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := acquire(waited, "k1", 1500*time.Millisecond); !errors.Is(err, targets.ErrUnavailable) {
-		t.Fatalf("wait=2 with a replica frozen: %v, want unavailable", err)
+		t.Fatalf("wait=2 with a replica cut off: %v, want unavailable", err)
 	}
 	if l, err := acquire(locker(map[string]string{"wait": "1"}), "k1", 5*time.Second); err != nil {
-		t.Fatalf("wait=1 with a replica frozen: %v (was the refused grant taken back?)", err)
+		t.Fatalf("wait=1 with a replica cut off: %v (was the refused grant taken back?)", err)
 	} else {
 		_ = l.Release(ctx)
 	}
-	if _, err := runtime.Run(ctx, replica, "kill", "-CONT", "1"); err != nil {
+	if _, err := runtime.Run(ctx, replica, append([]string{"iptables", "-D"}, drop...)...); err != nil {
 		t.Fatal(err)
 	}
 
