@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spf13/cobra"
+
 	"github.com/splitbrain/splitbrain/targets"
 )
 
@@ -313,5 +315,58 @@ func TestOnceImages(t *testing.T) {
 				t.Errorf("%s: %q", r, got[r])
 			}
 		}
+	}
+}
+
+// TestHelpAndCompletion: the help and completion commands that --help
+// lists work, the completion scripts answer the shell's requests, and an
+// unknown command — at the top, under help, or under a command group — is
+// one line and exit 254.
+func TestHelpAndCompletion(t *testing.T) {
+	ok := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"help", []string{"help"}, "Available Commands:"},
+		{"help run", []string{"help", "run"}, "--time-limit"},
+		{"help images build", []string{"help", "images", "build"}, "--roles"},
+		{"completion bash", []string{"completion", "bash"}, "__start_splitbrain"},
+		{"completion zsh", []string{"completion", "zsh"}, "#compdef splitbrain"},
+		{"completion fish", []string{"completion", "fish"}, "complete -c splitbrain"},
+		{"completion powershell", []string{"completion", "powershell"}, "Register-ArgumentCompleter"},
+		{"images alone", []string{"images"}, "Available Commands:"},
+		// What the bash script asks when the user types `splitbrain run --tar<TAB>`.
+		{"complete a flag", []string{cobra.ShellCompRequestCmd, "run", "--tar"}, "--target"},
+		{"complete a command", []string{cobra.ShellCompRequestCmd, "val"}, "validate"},
+	}
+	for _, tt := range ok {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, stderr := run(t, tt.args...)
+			if code != exitValid || !strings.Contains(out, tt.want) {
+				t.Fatalf("exit %d, stdout lacks %q\nstdout: %.500s\nstderr: %s", code, tt.want, out, stderr)
+			}
+		})
+	}
+	bad := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"unknown command", []string{"frobnicate"}, `unknown command "frobnicate" for "splitbrain"`},
+		{"help of an unknown command", []string{"help", "frobnicate"}, `unknown command "frobnicate" for "splitbrain"`},
+		{"unknown images subcommand", []string{"images", "bogus"}, `unknown command "bogus" for "splitbrain images" (known: build)`},
+		{"unknown shell", []string{"completion", "tcsh"}, `unknown command "tcsh" for "splitbrain completion" (known: bash, fish, powershell, zsh)`},
+	}
+	for _, tt := range bad {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, stderr := run(t, tt.args...)
+			if code != exitBadInput || !strings.Contains(stderr, tt.want) || out != "" {
+				t.Fatalf("exit %d, want %d; stdout %q; stderr %q lacks %q", code, exitBadInput, out, stderr, tt.want)
+			}
+			if n := strings.Count(strings.TrimSpace(stderr), "\n"); n != 0 {
+				t.Fatalf("want one line, got %q", stderr)
+			}
+		})
 	}
 }

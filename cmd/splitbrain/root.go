@@ -51,7 +51,7 @@ func verdictCode(v checkers.Verdict) int {
 func execute(args []string, stdout, stderr io.Writer) int {
 	root := newRootCmd(stdout, stderr)
 	root.SetArgs(args)
-	if _, _, err := root.Find(args); err != nil {
+	if err := findCommand(root, args); err != nil {
 		fmt.Fprintf(stderr, "splitbrain: %s (see --help)\n", oneLine(err))
 		return exitBadInput
 	}
@@ -71,6 +71,22 @@ func execute(args []string, stdout, stderr io.Writer) int {
 		return exitBadInput
 	}
 	return exitHarness
+}
+
+// findCommand refuses an unknown command before anything runs: cobra
+// itself would print help and exit 0 for `help bogus` and for an unknown
+// subcommand of a command group. The shell-completion requests
+// (`__complete …`, made by the scripts `completion` writes) go straight to
+// cobra.
+func findCommand(root *cobra.Command, args []string) error {
+	if len(args) > 0 && (args[0] == cobra.ShellCompRequestCmd || args[0] == cobra.ShellCompNoDescRequestCmd) {
+		return nil
+	}
+	if len(args) > 0 && args[0] == "help" {
+		args = args[1:]
+	}
+	_, _, err := root.Find(args)
+	return err
 }
 
 func oneLine(err error) string {
@@ -149,7 +165,37 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.AddCommand(cmds...)
 	root.AddCommand(newProgramCmds(g, cmds)...)
+	// help and completion exist before Execute, so that Find (and the
+	// generated reference) sees them as cobra's Execute would.
+	root.InitDefaultHelpCmd()
+	root.InitDefaultCompletionCmd()
+	refuseUnknownSubcommands(root)
 	return root
+}
+
+// refuseUnknownSubcommands makes every command group (a command with
+// subcommands and nothing to run itself, like `images`) print its help when
+// called alone and refuse anything else with a usage error, instead of
+// cobra's help and exit 0 for `images bogus`.
+func refuseUnknownSubcommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		refuseUnknownSubcommands(sub)
+	}
+	if c.HasParent() && c.HasSubCommands() && !c.Runnable() {
+		c.Args = func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return nil
+			}
+			var known []string
+			for _, s := range cmd.Commands() {
+				if s.IsAvailableCommand() {
+					known = append(known, s.Name())
+				}
+			}
+			return &usageError{fmt.Errorf("unknown command %q for %q (known: %s)", args[0], cmd.CommandPath(), strings.Join(known, ", "))}
+		}
+		c.RunE = func(cmd *cobra.Command, _ []string) error { return cmd.Help() }
+	}
 }
 
 // exactArgs is cobra.ExactArgs with a usage error.
