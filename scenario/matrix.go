@@ -422,6 +422,10 @@ type Matrix struct {
 	Repeat int `json:"repeat,omitempty"`
 	// Parallel is how many runs went side by side (matrix --parallel).
 	Parallel int `json:"parallel,omitempty"`
+	// Shard says which part of a sharded set this is (matrix --shard);
+	// Merged, the parts a merged matrix was made of (splitbrain merge).
+	Shard  *ShardStamp   `json:"shard,omitempty"`
+	Merged []MergedShard `json:"merged_from,omitempty"`
 }
 
 // Cell is one scenario on one target with one seed, over its repetitions.
@@ -522,6 +526,10 @@ type Runner struct {
 	// has its own nodes, network and address range, and one run's failure
 	// does not stop the others. Zero or one: one run at a time.
 	Parallel int
+	// Keep, when set, chooses the cells to run (a shard's: Split.Keep);
+	// Shard is then stamped on the matrix.
+	Keep  func(CellKey) bool
+	Shard *ShardStamp
 }
 
 // job is one run of a matrix, in the set's order.
@@ -571,8 +579,11 @@ func (rn *Runner) jobs(set *Set) []job {
 // serial one. It starts no new run once ctx is done; the runs under way
 // then end as an interrupted run does (heal, check, clean).
 func (rn *Runner) Run(ctx context.Context, set *Set) *Matrix {
-	m := &Matrix{Set: set, Started: time.Now().UTC(), Repeat: rn.Repeat}
+	m := &Matrix{Set: set, Started: time.Now().UTC(), Repeat: rn.Repeat, Shard: rn.Shard}
 	jobs := rn.jobs(set)
+	if rn.Keep != nil {
+		jobs = slices.DeleteFunc(jobs, func(j job) bool { return !rn.Keep(j.key()) })
+	}
 	rows := make([]*Row, len(jobs))
 	workers := max(1, min(rn.Parallel, len(jobs)))
 	m.Parallel = max(1, rn.Parallel)

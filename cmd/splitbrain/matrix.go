@@ -104,11 +104,18 @@ type matrixFlags struct {
 	repeat   int
 	rates    string
 	parallel int
+	// shard and shardCosts are --shard I/N and --shard-costs; plan is
+	// the split they make (nil: the whole set).
+	shard      string
+	shardCosts []string
+	plan       *scenario.ShardPlan
 }
 
 func (m *matrixFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&m.results, "results", "results", "directory for the runs and matrix.json")
 	cmd.Flags().StringVar(&m.junit, "junit", "", "also write the outcomes as JUnit XML to this file")
+	cmd.Flags().StringVar(&m.shard, "shard", "", "run only part I of N of the cells (e.g. 2/3), split by their expected durations the same way on every runner; each part writes its own results directory, and splitbrain merge puts them together (docs/ci.md)")
+	cmd.Flags().StringSliceVar(&m.shardCosts, "shard-costs", nil, "matrix.json files of earlier runs whose measured durations balance the --shard split (every runner must give the same files; default: time limit + 12s a run)")
 	cmd.Flags().IntVar(&m.parallel, "parallel", 1, "runs side by side on the engine, each on its own network and address range (the verdicts are those of one at a time; the nightly set on 2 cores: 3 take 41% of the serial wall time, 2 take 55%)")
 }
 
@@ -116,6 +123,12 @@ func (m *matrixFlags) bind(cmd *cobra.Command) {
 func (m *matrixFlags) check() error {
 	if m.parallel < 1 {
 		return &usageError{fmt.Errorf("--parallel %d: want 1 or more", m.parallel)}
+	}
+	if _, err := scenario.ParseShard(m.shard); err != nil {
+		return err
+	}
+	if len(m.shardCosts) > 0 && m.shard == "" {
+		return &usageError{errors.New("--shard-costs balances a --shard split: give --shard I/N too, or drop --shard-costs")}
 	}
 	return nil
 }
@@ -142,6 +155,7 @@ func runMatrix(cmd *cobra.Command, g *globalFlags, set *scenario.Set, mf *matrix
 	deps.Report = report.Write
 	deps.Images = onceImages(deps.Images)
 	rn := &scenario.Runner{Deps: deps, ResultsDir: mf.results, Progress: cmd.ErrOrStderr(), Repeat: mf.repeat, Parallel: mf.parallel}
+	mf.plan.Apply(rn, set)
 	m := rn.Run(soft, set)
 	if err := m.WriteTable(cmd.OutOrStdout()); err != nil {
 		return m, err
@@ -235,6 +249,7 @@ func newMatrixCmd(g *globalFlags) *cobra.Command {
 		Example: "  splitbrain matrix --set nightly --junit results/junit.xml\n" +
 			"  splitbrain matrix --set ./my-set.yaml\n" +
 			"  splitbrain matrix --set nightly --parallel 3\n" +
+			"  splitbrain matrix --set nightly --shard 2/3 --results results-2   # then: splitbrain merge results-*\n" +
 			"  splitbrain matrix --set nightly --repeat 20 --rates docs/nightly-rates.md",
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -252,6 +267,10 @@ func newMatrixCmd(g *globalFlags) *cobra.Command {
 			if err := set.Check(nil); err != nil {
 				return err
 			}
+			if mf.plan, err = scenario.PlanShards("matrix "+set.Name, mf.shard, []*scenario.Set{set}, mf.repeat, mf.shardCosts); err != nil {
+				return err
+			}
+			mf.plan.Write(cmd.OutOrStdout())
 			m, err := runMatrix(cmd, g, set, &mf)
 			if err != nil {
 				return err
@@ -336,6 +355,14 @@ func newValidateCmd(g *globalFlags) *cobra.Command {
 			if len(jobs) == 0 {
 				return &harness.InputError{Err: fmt.Errorf("no --client serves --target %s", strings.Join(tgts, ","))}
 			}
+			var sets []*scenario.Set
+			for _, j := range jobs {
+				sets = append(sets, j.set)
+			}
+			if mf.plan, err = scenario.PlanShards("validate "+candidates(tgts, clients, ro), mf.shard, sets, 0, mf.shardCosts); err != nil {
+				return err
+			}
+			mf.plan.Write(cmd.OutOrStdout())
 			var cols []scenario.Column
 			failed, runs := false, 0
 			var mismatch error
@@ -405,6 +432,19 @@ func newValidateCmd(g *globalFlags) *cobra.Command {
 	cmd.Flags().StringArrayVar(&opts, "recipe-opt", nil, "the configuration under test, key=value (repeatable; unknown ones refused); each target's:"+recipeOptionsHelp())
 	mf.bind(cmd)
 	return cmd
+}
+
+// candidates names what validate compares: its targets, clients and
+// configuration.
+func candidates(tgts, clients []string, opts map[string]string) string {
+	s := strings.Join(tgts, ",")
+	if len(clients) > 0 {
+		s += " with " + strings.Join(clients, ",")
+	}
+	for _, k := range slices.Sorted(maps.Keys(opts)) {
+		s += " " + k + "=" + opts[k]
+	}
+	return s
 }
 
 // configuration says the configuration under test: the options given,

@@ -158,6 +158,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newScenariosCmd(g),
 		newMatrixCmd(g),
 		newValidateCmd(g),
+		newMergeCmd(g),
 		newClockCmd(g),
 		newServeCmd(g),
 		newBenchLoopCmd(g),
