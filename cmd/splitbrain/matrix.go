@@ -263,11 +263,11 @@ func newMatrixCmd(g *globalFlags) *cobra.Command {
 			if err := mf.check(); err != nil {
 				return err
 			}
-			// Every run's options, checked before any image work.
-			if err := set.Check(nil); err != nil {
+			if mf.plan, err = scenario.PlanShards("matrix "+set.Name, mf.shard, []*scenario.Set{set}, mf.repeat, mf.shardCosts); err != nil {
 				return err
 			}
-			if mf.plan, err = scenario.PlanShards("matrix "+set.Name, mf.shard, []*scenario.Set{set}, mf.repeat, mf.shardCosts); err != nil {
+			// Every run's options, checked before any image work.
+			if err := set.Check(nil); err != nil {
 				return err
 			}
 			mf.plan.Write(cmd.OutOrStdout())
