@@ -3,16 +3,18 @@
 // [Linearizable] checks, with Porcupine, that the critical sections behaved as
 // if each ran atomically on its key, which is what a correct lock plus a
 // correct store must give. [Summary] counts outcomes and compares final reads
-// with acknowledged increments (lost updates). [Mutex] measures overlapping
-// holds and [Fencing] late writes stopped or accepted; those two report facts
-// about the lock, not about the data, so they do not decide the verdict.
+// with acknowledged increments (lost updates). [Fencing] counts late writes
+// stopped or accepted: a fact about the lock, not about the data, so it does
+// not decide the verdict.
 //
 // [Liveness] measures stalls (no successful critical section while clients
 // kept trying), which is how a lock without expiry or with a huge TTL fails.
 //
-// [FenceOrder] judges the lock service's own promise: tokens that rise with
-// grant order on every key. Its verdict (the lock's) stands beside the data's
-// ([Linearizable] and [Summary]).
+// The lock service's own promises are judged as the lock's verdict, beside
+// the data's ([Linearizable] and [Summary]): [Mutex], mutual exclusion (no
+// second grant while the first holder's lock is certainly alive; it also
+// counts overlapping holds, which leases allow), and [FenceOrder], tokens
+// that rise with grant order on every key.
 //
 // Each checker registers itself from its own file ([Register]: its name, its
 // order, its constructor, its details' type and its words); [ForRun] makes
@@ -161,7 +163,8 @@ const (
 	// AspectData: the counters (linearizable, no lost update, no impossible
 	// value).
 	AspectData = "data"
-	// AspectLock: the lock service's own promises (fence order).
+	// AspectLock: the lock service's own promises (mutual exclusion,
+	// fence order).
 	AspectLock = "lock"
 )
 

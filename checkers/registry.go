@@ -71,6 +71,13 @@ type Run struct {
 	// TTL is the lease time to live the clients asked for; zero when
 	// unknown (a history checked without its results.json).
 	TTL time.Duration
+	// Renews says the client renews its lease in the background, and
+	// Session that its lock lives with its session (the recipe's
+	// declarations, in results.json's client).
+	Renews, Session bool
+	// ClockUncertainty is the largest uncertainty of the mapping of a
+	// client's clock to the run's (zero when exact or unknown).
+	ClockUncertainty time.Duration
 	// Linearizable configures the linearizability check.
 	Linearizable LinearizableOptions
 }

@@ -21,7 +21,13 @@ import (
 // through it, so a stored history re-checks to the same verdict.
 func Judge(ctx context.Context, res *Results, events []history.Event, timeout time.Duration) checkers.Input {
 	in := checkers.NewInput(events)
-	report := checkers.Check(ctx, in, checkers.ForRun(checkers.Run{TTL: res.Config.LeaseTTL, Linearizable: checkers.LinearizableOptions{Timeout: timeout}})...)
+	run := checkers.Run{TTL: res.Config.LeaseTTL, ClockUncertainty: res.ClockUncertainty, Linearizable: checkers.LinearizableOptions{Timeout: timeout}}
+	if c := res.Client; c != nil {
+		run.Renews, run.Session = c.Renews, c.Session
+	} else {
+		run.Renews = true // unknown: the shorter certain lease
+	}
+	report := checkers.Check(ctx, in, checkers.ForRun(run)...)
 	res.Checkers = report.Checkers
 	res.Valid, res.Data, res.Lock, res.Reasons = report.Valid, report.Data, report.Lock, report.Reasons
 	if res.Incomplete != "" && res.Valid == checkers.Valid {

@@ -248,6 +248,7 @@ func (r *run) learnClient(cl Client) error {
 		}
 		info := *said
 		info.Recipe = cl.Recipe.Kind
+		info.Session = info.Session || cl.Recipe.Session
 		r.res.Client = &info
 		break
 	}

@@ -20,7 +20,7 @@ type Results struct {
 	// Valid is true, false or "unknown".
 	Valid checkers.Verdict `json:"valid"`
 	// Data and Lock are the verdicts on the data and on the lock service's
-	// promises (fence order); Valid composes both.
+	// promises (mutual exclusion, fence order); Valid composes both.
 	Data checkers.Verdict `json:"data"`
 	Lock checkers.Verdict `json:"lock"`
 	// Reasons say, one line each, why the run is not valid.
@@ -48,6 +48,10 @@ type Results struct {
 	Versions map[string]string `json:"versions,omitempty"`
 	Images   map[string]string `json:"images,omitempty"`
 	Harness  map[string]string `json:"harness"`
+	// ClockUncertainty is the largest uncertainty of the mapping of a
+	// client's clock to the history's (zero when every client reads the
+	// harness's clock): the mutex checker allows for it.
+	ClockUncertainty time.Duration `json:"clock_uncertainty_ns,omitempty"`
 	// Checkers holds each checker's section.
 	Checkers checkers.Results `json:"checkers"`
 	// Faults lists every fault window.

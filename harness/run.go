@@ -570,6 +570,11 @@ func (r *run) finish(runErr error) {
 	if runErr != nil {
 		r.res.Incomplete = runErr.Error()
 	}
+	for _, c := range r.clients {
+		if c != nil {
+			r.res.ClockUncertainty = max(r.res.ClockUncertainty, c.MaxSkew())
+		}
+	}
 	in := Judge(context.WithoutCancel(r.deps.Hard), r.res, ev, r.cfg.CheckTimeout)
 	r.phases["check"] = time.Since(start)
 	r.res.Errors = r.errs

@@ -212,7 +212,7 @@ func (r Recipe) Info() ClientInfo {
 		lang = "go"
 	}
 	return ClientInfo{Recipe: r.Kind, Library: r.Library, Version: r.Version, Language: lang,
-		Fencing: r.Fencing, CheckedRelease: r.CheckedRelease, Renews: r.Renews}
+		Fencing: r.Fencing, CheckedRelease: r.CheckedRelease, Renews: r.Renews, Session: r.Session}
 }
 
 // Serves reports whether the recipe serves the backend called name.

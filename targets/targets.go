@@ -91,10 +91,11 @@ type ClientInfo struct {
 	Language string `json:"language,omitempty"`
 	// Command is an adapter process's command line (external clients).
 	Command string `json:"command,omitempty"`
-	// Fencing, CheckedRelease and Renews are as in [Recipe].
+	// Fencing, CheckedRelease, Renews and Session are as in [Recipe].
 	Fencing        bool `json:"fencing"`
 	CheckedRelease bool `json:"checked_release"`
 	Renews         bool `json:"renews"`
+	Session        bool `json:"session,omitempty"`
 }
 
 // Describer is implemented by Lockers that learn what they are only when

@@ -55,6 +55,9 @@ type Client struct {
 	skew time.Duration
 	// exact: the agent reads the clock the run's time base is read from.
 	exact bool
+	// maxSkew is the largest skew of every Sync (a restarted agent is
+	// synced again).
+	maxSkew time.Duration
 
 	// info is what the agent's lock client said it is (nil: nothing).
 	info *targets.ClientInfo
@@ -259,6 +262,7 @@ func (c *Client) Sync(ctx context.Context) error {
 	if c.exact = exact; exact {
 		c.offset, c.skew = base.Base(), 0
 	}
+	c.maxSkew = max(c.maxSkew, c.skew)
 	return nil
 }
 
@@ -280,6 +284,14 @@ func (c *Client) RunTime(mono int64) int64 {
 
 // Skew is the uncertainty of RunTime.
 func (c *Client) Skew() time.Duration { return c.skew }
+
+// MaxSkew is the largest uncertainty RunTime has had in the client's
+// lives.
+func (c *Client) MaxSkew() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.maxSkew
+}
 
 // Do runs one operation, calling onEvent for each progress event, and
 // returns its result. When timeout passes first it returns ErrTimeout; the

@@ -172,7 +172,7 @@ func (l *Locker) Describe() targets.ClientInfo {
 	}
 	info := targets.ClientInfo{Recipe: kind, Library: h.Library, Version: h.Version, Language: h.Language, Command: l.cfg.Command}
 	if h.Offers != nil {
-		info.Fencing, info.CheckedRelease, info.Renews = h.Offers.Token, h.Offers.CheckedRelease, h.Offers.Renew
+		info.Fencing, info.CheckedRelease, info.Renews, info.Session = h.Offers.Token, h.Offers.CheckedRelease, h.Offers.Renew, h.Offers.Session
 	}
 	return info
 }

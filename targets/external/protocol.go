@@ -115,6 +115,9 @@ type Offers struct {
 	CheckedRelease bool `json:"checked_release"`
 	// Held: the adapter answers held requests ("is it still mine?").
 	Held bool `json:"held"`
+	// Session: the lock lives with the adapter's session to the service
+	// (a database's session lock), not for a TTL.
+	Session bool `json:"session,omitempty"`
 }
 
 // Reply is one line from the adapter to the agent.
