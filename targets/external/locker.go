@@ -391,6 +391,10 @@ type proc struct {
 	nextID    int64
 	pending   map[int64]*call
 	abandoned map[int64]Request // requests given up on: their replies are late
+	// keys are the keys with a request in flight (pending, or abandoned
+	// and not yet answered): the protocol sends at most one request per
+	// key at a time, so the next one waits for the answer.
+	keys map[string]*keySlot
 	offers    Offers
 	tail      []string // the last lines of stderr
 
@@ -401,6 +405,15 @@ type proc struct {
 type call struct {
 	req Request
 	ch  chan result // buffered: one result
+}
+
+// keySlot is a key's request in flight; free is closed when it is
+// answered (or the process dies).
+type keySlot struct {
+	id   int64
+	typ  string
+	sent time.Time
+	free chan struct{}
 }
 
 type result struct {
@@ -434,7 +447,7 @@ func startProc(cfg Config, log *slog.Logger) (*proc, error) {
 		return nil, err
 	}
 	p := &proc{cfg: cfg, log: log.With("pid", cmd.Process.Pid), cmd: cmd, stdin: stdin,
-		pending: map[int64]*call{}, abandoned: map[int64]Request{}, dead: make(chan struct{})}
+		pending: map[int64]*call{}, abandoned: map[int64]Request{}, keys: map[string]*keySlot{}, dead: make(chan struct{})}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); p.readStderr(stderr) }()
@@ -522,13 +535,18 @@ func (p *proc) readStdout(r io.Reader) {
 			}
 			if err := CheckReply(c.req, rep, o); err != nil {
 				c.ch <- result{err: kindErr(history.ErrClientProtocol, ErrProtocol, "%v", err)}
-				p.giveBack(c.req, rep)
+				if !p.giveBack(c.req, rep) {
+					p.freeKey(c.req)
+				}
 				continue
 			}
+			p.freeKey(c.req)
 			c.ch <- result{rep: rep}
 		case late:
 			p.log.Warn("late reply from the lock client adapter discarded", "request", req.Type, "id", rep.ID, "reply", rep.Type)
-			p.giveBack(req, rep)
+			if !p.giveBack(req, rep) {
+				p.freeKey(req)
+			}
 		default:
 			p.garbage(fmt.Sprintf("it answered request %d, which it was never sent or has already answered", rep.ID))
 		}
@@ -540,16 +558,84 @@ func (p *proc) readStdout(r io.Reader) {
 
 // giveBack releases a lock granted in a reply the agent could not use (a
 // late or malformed grant), so that it holds nobody up until it expires.
-func (p *proc) giveBack(req Request, rep Reply) {
+// The release takes over the key's slot from the acquire (the next
+// request for the key waits for the release's answer too); it reports
+// whether it did.
+func (p *proc) giveBack(req Request, rep Reply) bool {
 	if req.Type != TypeAcquire || rep.Type != TypeGranted || rep.Lease == "" {
-		return
+		return false
+	}
+	p.mu.Lock()
+	slot := p.keys[req.Key]
+	p.mu.Unlock()
+	if slot == nil || slot.id != req.ID {
+		return false
 	}
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_, err := p.call(ctx, Request{Type: TypeRelease, Key: req.Key, Lease: rep.Lease})
+		_, err := p.send(ctx, Request{Type: TypeRelease, Key: req.Key, Lease: rep.Lease}, slot)
 		p.log.Info("released a grant the agent could not use", "key", req.Key, "err", err)
 	}()
+	return true
+}
+
+// takeKey waits until key has no request in flight and claims it for a
+// new request, or fails when ctx ends first: then the request is not
+// sent, and when the one in flight is a late one (its own deadline
+// passed), the adapter is killed, to be started again at the next
+// request — an adapter that does not answer at all would otherwise keep
+// the key forever.
+func (p *proc) takeKey(ctx context.Context, req Request) (*keySlot, error) {
+	for {
+		p.mu.Lock()
+		if p.isDead() {
+			p.mu.Unlock()
+			return nil, kindErr(history.ErrClientCrashed, ErrCrashed, "adapter %v", p.deathErr)
+		}
+		s := p.keys[req.Key]
+		if s == nil {
+			s = &keySlot{free: make(chan struct{})}
+			p.keys[req.Key] = s
+			p.mu.Unlock()
+			return s, nil
+		}
+		_, late := p.abandoned[s.id]
+		p.mu.Unlock()
+		select {
+		case <-s.free:
+			continue
+		case <-p.dead:
+			continue
+		case <-ctx.Done():
+			what := "still working on"
+			if late {
+				what = "not answered"
+				p.log.Warn("the lock client adapter has not answered a request past its deadline: restarting it",
+					"request", s.typ, "id", s.id, "key", req.Key, "sent", time.Since(s.sent).Round(time.Millisecond))
+				p.kill()
+				select { // so that the next request starts a new life
+				case <-p.dead:
+				case <-time.After(2 * time.Second):
+				}
+			}
+			return nil, kindErr(history.ErrClientTimeout, ErrTimeout, "%s not sent: the adapter had %s %s %d%s (sent %v before), and the protocol allows one request per key at a time",
+				req.Type, what, s.typ, s.id, keyText(req.Key), time.Since(s.sent).Round(time.Millisecond))
+		}
+	}
+}
+
+// freeKey ends req's hold on its key's slot.
+func (p *proc) freeKey(req Request) {
+	if req.Key == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if s := p.keys[req.Key]; s != nil && s.id == req.ID {
+		delete(p.keys, req.Key)
+		close(s.free)
+	}
 }
 
 // garbage fails every request in flight with a protocol error: once the
@@ -582,6 +668,10 @@ func (p *proc) die(werr error) {
 	p.deathErr = errors.New(status)
 	calls := p.pending
 	p.pending = map[int64]*call{}
+	for k, s := range p.keys {
+		delete(p.keys, k)
+		close(s.free)
+	}
 	p.mu.Unlock()
 	close(p.dead)
 	for _, c := range calls {
@@ -591,8 +681,28 @@ func (p *proc) die(werr error) {
 
 // call sends req (with a fresh id and, but for hello, deadline_ms from
 // ctx's deadline less the grace) and waits for its reply, the process's
-// death or ctx's end.
+// death or ctx's end. A request for a key first waits for the key's
+// request in flight to be answered (takeKey).
 func (p *proc) call(ctx context.Context, req Request) (Reply, error) {
+	return p.send(ctx, req, nil)
+}
+
+// send is call; slot, when not nil, is the key's slot the request takes
+// over (a release of a late grant) instead of waiting for it.
+func (p *proc) send(ctx context.Context, req Request, slot *keySlot) (Reply, error) {
+	if req.Type != TypeHello && ctx.Err() == nil {
+		if _, ok := ctx.Deadline(); !ok {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, DefaultDeadline)
+			defer cancel()
+		}
+	}
+	if req.Key != "" && slot == nil {
+		var err error
+		if slot, err = p.takeKey(ctx, req); err != nil {
+			return Reply{}, err
+		}
+	}
 	if req.Type != TypeHello {
 		budget := DefaultDeadline
 		if dl, ok := ctx.Deadline(); ok {
@@ -615,6 +725,10 @@ func (p *proc) call(ctx context.Context, req Request) (Reply, error) {
 	req.ID = p.nextID
 	c.req = req
 	p.pending[req.ID] = c
+	if slot != nil {
+		slot.id, slot.typ, slot.sent = req.ID, req.Type, time.Now()
+		p.keys[req.Key] = slot
+	}
 	p.mu.Unlock()
 
 	line, err := json.Marshal(req)
@@ -630,6 +744,7 @@ func (p *proc) call(ctx context.Context, req Request) (Reply, error) {
 		case <-time.After(time.Second):
 		}
 		p.forget(req.ID)
+		p.freeKey(req)
 		return Reply{}, kindErr(history.ErrClientCrashed, ErrCrashed, "write %s to the adapter: %v (%v)", req.Type, werr, p.deathErr)
 	}
 	start := time.Now()

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -36,6 +37,16 @@ func fakeAdapter(mode string) int {
 	}
 	held := map[string]string{} // key → lease
 	var token uint64
+	acquires := 0
+	// firstLife says this is the adapter's first life (FAKE_MARK names a
+	// file the first life creates); without a mark, every life is.
+	firstLife := true
+	if mark := os.Getenv("FAKE_MARK"); mark != "" && mode != "die" {
+		if _, err := os.Stat(mark); err == nil {
+			firstLife = false
+		}
+		os.WriteFile(mark, nil, 0o644)
+	}
 	sc := bufio.NewScanner(os.Stdin)
 	for sc.Scan() {
 		var req external.Request
@@ -43,13 +54,28 @@ func fakeAdapter(mode string) int {
 			fmt.Fprintln(os.Stderr, "bad request:", err)
 			return 2
 		}
+		if req.Key != "" {
+			fmt.Fprintf(os.Stderr, "read %s %s %d\n", req.Type, req.Key, req.ID)
+		}
+		if req.Type == external.TypeAcquire {
+			acquires++
+			switch {
+			case mode == "lateonce" && acquires == 1:
+				// Single-threaded, like the protocol's example: busy
+				// with this request past its deadline, it reads nothing
+				// else meanwhile.
+				time.Sleep(time.Duration(req.DeadlineMillis)*time.Millisecond + 600*time.Millisecond)
+			case mode == "silent" && acquires == 1 && firstLife:
+				continue // never answers
+			}
+		}
 		switch req.Type {
 		case external.TypeHello:
 			send(map[string]any{"id": req.ID, "type": "hello_ok", "protocol": 1, "library": "fake", "version": "0.1", "language": "go",
 				"offers": map[string]any{"token": true, "renew": false, "checked_release": true, "held": true}})
 		case external.TypeAcquire:
 			switch {
-			case mode == "garbage" && token == 0:
+			case mode == "garbage" && token == 0 && firstLife:
 				token++
 				fmt.Fprintln(os.Stdout, "acquiring lock...")
 				continue
@@ -183,13 +209,18 @@ func TestGoodAdapter(t *testing.T) {
 }
 
 func TestGarbageIsAProtocolError(t *testing.T) {
-	l, sink := start(t, "garbage")
+	l, sink := start(t, "garbage", "FAKE_MARK="+t.TempDir()+"/garbled")
 	_, err := acquire(t, l, "k", time.Second)
 	if targets.ErrorKind(err) != history.ErrClientProtocol || !strings.Contains(err.Error(), "acquiring lock...") {
 		t.Fatalf("acquire: %v (kind %q), want a protocol error quoting the line", err, targets.ErrorKind(err))
 	}
-	if _, err := acquire(t, l, "k", time.Second); err != nil {
-		t.Fatalf("the run goes on: %v", err)
+	// The garbled request was never answered: the next one for the key
+	// waits for its answer, in vain, and the adapter is restarted.
+	if _, err := acquire(t, l, "k", time.Second); targets.ErrorKind(err) != history.ErrClientTimeout {
+		t.Fatalf("second acquire: %v, want a client timeout (not sent)", err)
+	}
+	if _, err := acquire(t, l, "k", 5*time.Second); err != nil || l.Lives() != 2 {
+		t.Fatalf("the run goes on with a new adapter: %v (lives %d)", err, l.Lives())
 	}
 	if !sink.has("broke the protocol") {
 		t.Error("no warning logged")
@@ -212,6 +243,68 @@ func TestLateReplyTimesOutAndIsGivenBack(t *testing.T) {
 			t.Fatalf("the late grant was not given back: %v", sink.lines)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestLateAnswerIsAwaited: after a client-side timeout the adapter gets no
+// other request for the key until it has answered the late one (and the
+// late grant was given back): the next acquire waits for the answer, then
+// is sent and granted. The adapter logs each request as it reads it.
+func TestLateAnswerIsAwaited(t *testing.T) {
+	l, sink := start(t, "lateonce")
+	if _, err := acquire(t, l, "k", time.Second); targets.ErrorKind(err) != history.ErrClientTimeout {
+		t.Fatalf("first acquire: %v, want a client timeout", err)
+	}
+	s, err := acquire(t, l, "k", 5*time.Second)
+	if err != nil {
+		t.Fatalf("second acquire: %v, want it granted once the late answer came", err)
+	}
+	defer s.Release(context.Background())
+	if s.Token() != 2 || l.Lives() != 1 {
+		t.Fatalf("token %d, lives %d: want the second grant of the same adapter", s.Token(), l.Lives())
+	}
+	// stderr is read apart from stdout: wait for the last line.
+	for end := time.Now().Add(3 * time.Second); !sink.has("read acquire k 4") && time.Now().Before(end); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	var order []string
+	for _, line := range sink.lines {
+		for _, w := range []string{"read acquire k 2", "read release k 3", "read acquire k 4", "release k L1"} {
+			if strings.Contains(line, w) && !slices.Contains(order, w) {
+				order = append(order, w)
+			}
+		}
+	}
+	want := []string{"read acquire k 2", "read release k 3", "release k L1", "read acquire k 4"}
+	if !slices.Equal(order, want) {
+		t.Fatalf("the adapter read %v, want %v (the late grant given back before the next acquire)\n%s", order, want, strings.Join(sink.lines, "\n"))
+	}
+}
+
+// TestSilentAdapterIsRestarted: an adapter that never answers keeps its
+// key: the next request for it is not sent, fails when its own deadline
+// passes, and the adapter is restarted; the one after is granted.
+func TestSilentAdapterIsRestarted(t *testing.T) {
+	l, sink := start(t, "silent", "FAKE_MARK="+t.TempDir()+"/silent")
+	if _, err := acquire(t, l, "k", 500*time.Millisecond); targets.ErrorKind(err) != history.ErrClientTimeout {
+		t.Fatalf("first acquire: %v, want a client timeout", err)
+	}
+	_, err := acquire(t, l, "k", 500*time.Millisecond)
+	if targets.ErrorKind(err) != history.ErrClientTimeout || !strings.Contains(err.Error(), "not sent") {
+		t.Fatalf("second acquire: %v, want a client timeout, not sent", err)
+	}
+	if sink.has("read acquire k 3") {
+		t.Fatal("the adapter was sent a second request for k before answering the first")
+	}
+	s, err := acquire(t, l, "k", 5*time.Second)
+	if err != nil || l.Lives() != 2 {
+		t.Fatalf("third acquire: %v, lives %d: want a restarted adapter's grant", err, l.Lives())
+	}
+	_ = s.Release(context.Background())
+	if !sink.has("restarting it") {
+		t.Error("the restart was not logged")
 	}
 }
 
