@@ -394,9 +394,9 @@ type proc struct {
 	// keys are the keys with a request in flight (pending, or abandoned
 	// and not yet answered): the protocol sends at most one request per
 	// key at a time, so the next one waits for the answer.
-	keys map[string]*keySlot
-	offers    Offers
-	tail      []string // the last lines of stderr
+	keys   map[string]*keySlot
+	offers Offers
+	tail   []string // the last lines of stderr
 
 	dead     chan struct{}
 	deathErr error // set before dead is closed
