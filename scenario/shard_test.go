@@ -177,27 +177,108 @@ func TestSplitByMeasuredCosts(t *testing.T) {
 // anything: each of its cells gets rows that pass, with a run directory.
 func fakeShard(t *testing.T, set *Set, sp *Split, i int, commit string) string {
 	t.Helper()
+	return fakeShards(t, "matrix "+set.Name, []*Set{set}, sp, i, commit)
+}
+
+// fakeShards is fakeShard for several sets (validate's: one per backend
+// and client), a matrix.json each.
+func fakeShards(t *testing.T, plan string, sets []*Set, sp *Split, i int, commit string) string {
+	t.Helper()
 	dir := t.TempDir()
-	rn := &Runner{ResultsDir: dir}
-	(&ShardPlan{Shard: Shard{i, sp.N}, Split: sp, Plan: "matrix " + set.Name, Sets: []*Set{set}, Commit: commit}).Apply(rn, set)
-	m := &Matrix{Set: set, Started: time.Now().UTC(), Shard: rn.Shard, Duration: time.Minute}
-	for _, j := range rn.jobs(set) {
-		if !rn.Keep(j.key()) {
-			continue
+	for _, set := range sets {
+		rn := &Runner{ResultsDir: dir}
+		(&ShardPlan{Shard: Shard{i, sp.N}, Split: sp, Plan: plan, Sets: sets, Commit: commit}).Apply(rn, set)
+		m := &Matrix{Set: set, Started: time.Now().UTC(), Shard: rn.Shard, Duration: time.Minute}
+		for _, j := range rn.jobs(set) {
+			if !rn.Keep(j.key()) {
+				continue
+			}
+			run := filepath.Join(dir, j.target+"-x", time.Now().Format("150405.000000000"))
+			if err := os.MkdirAll(run, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(run, "results.json"), []byte("{}"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			m.add(Row{Scenario: j.sc.Name, Target: j.target, Seed: j.seed, Rep: j.rep, Verdict: checkers.Valid, Lock: checkers.Valid, Data: checkers.Valid,
+				UnderTest: j.sc.UnderTest(), Dir: run, Duration: time.Second}, j.e.need(j.n))
 		}
-		run := filepath.Join(dir, j.target+"-x", time.Now().Format("150405.000000000"))
-		if err := os.MkdirAll(run, 0o755); err != nil {
+		if err := m.WriteJSON(filepath.Join(dir, "matrix", set.Name, "matrix.json")); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(run, "results.json"), []byte("{}"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		m.add(Row{Scenario: j.sc.Name, Target: j.target, Seed: j.seed, Rep: j.rep, Verdict: checkers.Valid, Dir: run, Duration: time.Second}, j.e.need(j.n))
-	}
-	if err := m.WriteJSON(filepath.Join(dir, "matrix", "x", "matrix.json")); err != nil {
-		t.Fatal(err)
 	}
 	return dir
+}
+
+// TestMergeValidate merges the shards of a validation of two backends (a
+// set each, cells of both in every shard): one matrix per backend in the
+// validation's order, a checklist column each, the checklist page and its
+// JUnit file (a suite per backend, a case per item); a missing shard
+// leaves its runs out of the checklists and fails the merge.
+func TestMergeValidate(t *testing.T) {
+	var sets []*Set
+	for _, target := range []string{"redis", "etcd"} {
+		s, err := ValidationSetWith(target, "", nil, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sets = append(sets, s)
+	}
+	sp := SplitSets(sets, 0, 2, DefaultCosts())
+	for i := 1; i <= 2; i++ {
+		seen := map[string]bool{}
+		for _, c := range sp.Of(i) {
+			seen[c.Set] = true
+		}
+		if len(seen) != 2 {
+			t.Fatalf("shard %d holds cells of %v only; the test wants both sets in each", i, seen)
+		}
+	}
+	dirs := []string{fakeShards(t, "validate redis,etcd", sets, sp, 1, "c"), fakeShards(t, "validate redis,etcd", sets, sp, 2, "c")}
+	out := t.TempDir()
+	page, junit := filepath.Join(out, "page.html"), filepath.Join(out, "junit.xml")
+	mg, err := Merge(dirs, MergeOptions{Results: out, Page: page, JUnit: junit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mg.Problems) > 0 || len(mg.Matrices) != 2 || len(mg.Columns) != 2 {
+		t.Fatalf("problems %q, %d matrices, %d columns", mg.Problems, len(mg.Matrices), len(mg.Columns))
+	}
+	for i, want := range []string{"redis", "etcd"} {
+		if c := mg.Columns[i]; c.Target != want || len(c.Items) != len(questions) || len(c.Rows) != len(sets[i].Entries) {
+			t.Errorf("column %d: %s, %d items, %d rows; want %s, %d items, %d rows", i, c.Target, len(c.Items), len(c.Rows), want, len(questions), len(sets[i].Entries))
+		}
+	}
+	b, err := os.ReadFile(junit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc junitSuites
+	if err := xml.Unmarshal(b, &doc); err != nil || len(doc.Suites) != 2 || len(doc.Suites[0].Cases) != len(questions) {
+		t.Errorf("checklist JUnit: %v, %+v", err, doc)
+	}
+	if b, err := os.ReadFile(page); err != nil || !strings.Contains(string(b), "<th>redis</th><th>etcd</th>") {
+		t.Errorf("checklist page: %v, %.300s", err, b)
+	}
+	// Without shard 2, its runs are out of the checklists.
+	half, err := Merge(dirs[:1], MergeOptions{Results: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(half.Problems) != 1 || half.Failed() != len(sp.Of(2)) {
+		t.Errorf("one shard of two: problems %q, %d failed cells, want %d", half.Problems, half.Failed(), len(sp.Of(2)))
+	}
+	for i, c := range half.Columns {
+		for _, it := range c.Items {
+			for _, r := range it.Runs {
+				for _, pc := range sp.Of(2) {
+					if pc.Set == sets[i].Name && pc.Key.Scenario == r.Scenario {
+						t.Errorf("%s: item %q rests on %s, a run of the missing shard", c.Target, it.Question, r.Scenario)
+					}
+				}
+			}
+		}
+	}
 }
 
 func smallSet() *Set {
