@@ -67,8 +67,9 @@ var Groups = []string{"runtime", "targets", "targets/store", "nemesis", "interna
 // TestOnly are packages made for tests: only _test.go files may import
 // them, and the rule does not judge their own imports. harness/harnesstest
 // wires the in-memory runtime, lock service and store into the harness for
-// the tests of the harness and of what sits above it.
-var TestOnly = []string{"internal/testenv", "harness/harnesstest"}
+// the tests of the harness and of what sits above it; runtime/runtimetest
+// is the contract every runtime's tests run.
+var TestOnly = []string{"internal/testenv", "harness/harnesstest", "runtime/runtimetest"}
 
 // Edge is one import: From imports To (paths relative to [Module]).
 type Edge struct{ From, To string }

@@ -25,6 +25,7 @@ import (
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/runtime/images"
+	"github.com/splitbrain/splitbrain/runtime/runtimetest"
 )
 
 func leftovers(t *testing.T, cli *client.Client, runID string) (int, int) {
@@ -441,4 +442,37 @@ func TestNetworksSideBySide(t *testing.T) {
 		}
 		seen[rt.Subnet()] = ids[i]
 	}
+}
+
+// TestContract runs the runtime contract over containers of the client
+// image (consoles attached: TestConsoles covers sockets).
+func TestContract(t *testing.T) {
+	cli := testenv.Docker(t)
+	img := testenv.Images(t, cli, images.RoleClient)[images.RoleClient]
+	runtimetest.Run(t, runtimetest.Env{
+		New: func(t *testing.T) runtime.Runtime {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			runID := fmt.Sprintf("t%d", time.Now().UnixNano()%1e9)
+			rt, err := docker.New(ctx, cli, docker.Options{RunID: runID, Control: docker.ControlAttach})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if c, n := leftovers(t, cli, runID); c+n != 0 {
+					t.Errorf("run %s left %d containers and %d networks", runID, c, n)
+				}
+			})
+			return rt
+		},
+		Spec: func(name string, p runtimetest.Program) runtime.NodeSpec {
+			if p == runtimetest.Echo {
+				return runtime.NodeSpec{Name: name, Role: "echo", Image: img, Cmd: []string{"cat"}, Interactive: true}
+			}
+			return runtime.NodeSpec{Name: name, Role: "idle", Image: img, Cmd: []string{"sleep", "infinity"}}
+		},
+		Shell:   true,
+		Network: true,
+		Timeout: time.Minute,
+	})
 }

@@ -5,8 +5,11 @@
 //
 // SIGSTOP closes a node's [Gate] and SIGCONT opens it; a program that calls
 // Gate.Wait between its steps freezes as a stopped process would. SIGKILL
-// cancels the program's context. Exec runs an optional per-node handler and
-// records every command.
+// cancels the program's context and returns once the program has returned,
+// as a killed process runs no more code: a program that shuts down slowly
+// (a Raft member closing its transport) must not answer a peer after its
+// node was killed. SIGTERM only cancels, as a process may take its time to
+// stop. Exec runs an optional per-node handler and records every command.
 package memrt
 
 import (
@@ -297,13 +300,22 @@ func (n *Node) Exec(ctx context.Context, argv []string) (runtime.ExecResult, err
 }
 
 // Signal implements runtime.Node.
-func (n *Node) Signal(_ context.Context, sig syscall.Signal) error {
+func (n *Node) Signal(ctx context.Context, sig syscall.Signal) error {
 	switch sig {
 	case syscall.SIGSTOP:
 		n.gate.stop()
 	case syscall.SIGCONT:
 		n.gate.resume()
-	case syscall.SIGKILL, syscall.SIGTERM:
+	case syscall.SIGKILL:
+		n.kill()
+		// A killed process runs no more code: wait until the program has
+		// returned (it saw its context cancelled).
+		select {
+		case <-n.exited():
+		case <-ctx.Done():
+			return fmt.Errorf("memrt: kill %s: its program did not return: %w", n.spec.Name, ctx.Err())
+		}
+	case syscall.SIGTERM:
 		n.kill()
 	default:
 		return fmt.Errorf("memrt: signal %v not supported", sig)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/crypto/ssh/agent"
 
 	"github.com/splitbrain/splitbrain/runtime"
+	"github.com/splitbrain/splitbrain/runtime/runtimetest"
 )
 
 // fixture is a runtime over one or more test servers, its directories in
@@ -557,4 +558,22 @@ func TestClean(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestContract runs the runtime contract over a test server on this
+// machine: the nodes are real processes, all on one host.
+func TestContract(t *testing.T) {
+	runtimetest.Run(t, runtimetest.Env{
+		New: func(t *testing.T) runtime.Runtime {
+			return newFixture(t, 1, func(o *Options) { o.Hosts[0].Nodes = runtimetest.Names }).rt
+		},
+		Spec: func(name string, p runtimetest.Program) runtime.NodeSpec {
+			if p == runtimetest.Echo {
+				return runtime.NodeSpec{Name: name, Role: "echo", Cmd: []string{"cat"}, Interactive: true}
+			}
+			return runtime.NodeSpec{Name: name, Role: "idle", Cmd: []string{"sleep", "600"}}
+		},
+		SharedAddrs: true,
+		Shell:       true,
+	})
 }

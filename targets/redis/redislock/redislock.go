@@ -4,10 +4,10 @@
 //
 // redislock gives no fencing token (a run with --workload fenced-counter
 // is refused) and renews only when the caller calls Refresh, which the
-// workload does not. Obtain returns at the first error Redis answers with,
-// so an acquisition calls it again (every 20 ms, the library's linear
-// back-off) until the deadline, keeping the last verdict: busy when Redis
-// answered "held", unavailable when it did not answer.
+// workload does not. An acquisition calls Obtain once per attempt, every
+// 20 ms until the deadline, keeping the last verdict: busy when Redis
+// answered "held", unavailable when it did not answer (a Redis that is
+// down is never reported as a held lock).
 package redislock
 
 import (
@@ -67,24 +67,22 @@ func NewLocker(_ context.Context, cfg targets.RecipeConfig, _ string, _ *slog.Lo
 	return &Locker{rdb: rdb, lc: bsm.New(rdb), ttl: ttl, retry: 20 * time.Millisecond}, nil
 }
 
-// Acquire implements targets.Locker.
+// Acquire implements targets.Locker: one Obtain per attempt (the
+// library's default, no retry), every 20 ms until ctx is done, so that
+// each answer is classified: "not obtained" is busy, any other error
+// unavailable, and an attempt the deadline cut short keeps the verdict of
+// the one before it.
 func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error) {
 	var last error
 	for {
-		start := time.Now()
-		lock, err := l.lc.Obtain(ctx, "lock:"+key, l.ttl, &bsm.Options{RetryStrategy: bsm.LinearBackoff(l.retry)})
+		lock, err := l.lc.Obtain(ctx, "lock:"+key, l.ttl, nil)
 		if err == nil {
 			return &lease{lock: lock, key: key}, nil
 		}
 		switch {
-		case ctx.Err() != nil:
-			if last == nil || time.Since(start) > l.retry {
-				// Obtain polled "held" until the deadline.
-				last = fmt.Errorf("acquire %s: %w: %w", key, targets.ErrBusy, err)
-			}
-			return nil, last
 		case errors.Is(err, bsm.ErrNotObtained):
 			last = fmt.Errorf("acquire %s: %w: %w", key, targets.ErrBusy, err)
+		case cut(ctx) && last != nil:
 		default:
 			last = fmt.Errorf("acquire %s: %w: %w", key, targets.ErrUnavailable, err)
 		}
@@ -94,6 +92,14 @@ func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error)
 		case <-time.After(l.retry):
 		}
 	}
+}
+
+// cut says that ctx is done or its deadline has passed: the client's
+// socket deadline is ctx's, so its I/O timeout can come a moment before
+// ctx reports an error.
+func cut(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(d)
 }
 
 // Close implements targets.Locker.
