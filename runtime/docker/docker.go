@@ -106,6 +106,7 @@ type Runtime struct {
 	next    netip.Addr
 	addrs   map[string]netip.Addr
 	nodes   []*Node
+	closed  bool
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -304,6 +305,9 @@ func (r *Runtime) Reserve(name string) (netip.Addr, error) {
 
 // Start implements runtime.Runtime.
 func (r *Runtime) Start(ctx context.Context, spec runtime.NodeSpec) (runtime.Node, error) {
+	if r.isClosed() {
+		return nil, fmt.Errorf("start %s: runtime closed", spec.Name)
+	}
 	addr, err := r.Reserve(spec.Name)
 	if err != nil {
 		return nil, err
@@ -350,6 +354,17 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.NodeSpec) (runtime.Nod
 	}
 	n := &Node{rt: r, id: resp.ID, name: spec.Name, role: spec.Role, addr: addr, spec: spec, console: console}
 	r.mu.Lock()
+	if r.closed {
+		// Close ran while the container was being created: it is in no
+		// list Close saw.
+		r.mu.Unlock()
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), createTimeout)
+		defer cancel()
+		if err := r.cli.ContainerRemove(rctx, resp.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("start %s: runtime closed; remove its container: %w", spec.Name, err)
+		}
+		return nil, fmt.Errorf("start %s: runtime closed", spec.Name)
+	}
 	r.nodes = append(r.nodes, n)
 	r.mu.Unlock()
 	if err := n.start(ctx); err != nil {
@@ -370,10 +385,18 @@ func (r *Runtime) Nodes() []runtime.Node {
 	return out
 }
 
+// isClosed reports whether Close was called.
+func (r *Runtime) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
 // Close implements runtime.Runtime: it removes every container and the
-// network, unless Keep was set.
+// network, unless Keep was set; no node starts after it.
 func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Lock()
+	r.closed = true
 	nodes := r.nodes
 	r.mu.Unlock()
 	for _, n := range nodes {
