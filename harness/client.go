@@ -105,6 +105,9 @@ func (c Config) ResolveClient(b targets.Backend) (Client, error) {
 			return Client{}, BadInput("--client-packages: %q is not a Debian package name", p)
 		}
 	}
+	if err := checkInterpreter(c.Client, cl.Packages); err != nil {
+		return Client{}, err
+	}
 	if c.ClientFiles != "" {
 		files, err := clientFiles(c.ClientFiles)
 		if err != nil {
@@ -116,6 +119,43 @@ func (c Config) ResolveClient(b targets.Backend) (Client, error) {
 		cl.Role = userClientRole(cl)
 	}
 	return cl, nil
+}
+
+// interpreters are the programs an adapter's command line commonly starts
+// with that the client image lacks (its base has a shell and Perl), each
+// with the prefixes of the Debian packages that bring it (python3-redis
+// brings python3).
+var interpreters = map[string][]string{
+	"python3": {"python3"}, "python": {"python3", "python-is-python3"},
+	"node": {"nodejs", "node-"}, "nodejs": {"nodejs", "node-"},
+	"ruby": {"ruby"}, "java": {"default-jre", "default-jdk", "openjdk-"}, "php": {"php"},
+}
+
+// checkInterpreter refuses an adapter's command line whose interpreter
+// no --client-packages brings: it would fail only after the images were
+// built and the containers started.
+func checkInterpreter(command string, packages []string) error {
+	fields := strings.Fields(command)
+	if len(fields) == 0 {
+		return nil
+	}
+	prog := fields[0]
+	if prog == "env" && len(fields) > 1 {
+		prog = fields[1]
+	}
+	prefixes, ok := interpreters[prog]
+	if !ok {
+		return nil
+	}
+	for _, p := range packages {
+		for _, pre := range prefixes {
+			if strings.HasPrefix(p, pre) {
+				return nil
+			}
+		}
+	}
+	return BadInput("--client %q: the client image has no %s; its interpreter comes from --client-packages (e.g. --client-packages %s, plus the Debian packages of the adapter's libraries)",
+		command, prog, strings.TrimSuffix(prefixes[0], "-"))
 }
 
 // ClientNames lists the clients that serve backend b: its own recipe first.

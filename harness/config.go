@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,6 +35,10 @@ func IsBadInput(err error) bool {
 	var ie *InputError
 	return errors.As(err, &ie)
 }
+
+// MaxKeys bounds --keys: each key is a lock and a counter, checked on its
+// own; past a thousand a run measures the harness, not the lock.
+const MaxKeys = 1000
 
 // Config is everything a run is made of. The zero value is not usable;
 // start from [DefaultConfig].
@@ -209,16 +214,30 @@ func (c Config) validate(p *Plan) error {
 		return BadInput("--time-limit must be positive, got %v", c.TimeLimit)
 	case c.Concurrency < 1 || c.Concurrency > 200:
 		return BadInput("--concurrency must be 1..200, got %d", c.Concurrency)
-	case c.Keys < 1:
-		return BadInput("--keys must be at least 1, got %d", c.Keys)
+	case c.Keys < 1 || c.Keys > MaxKeys:
+		return BadInput("--keys must be 1..%d, got %d", MaxKeys, c.Keys)
 	case c.LeaseTTL <= 0:
 		return BadInput("--lease-ttl must be positive, got %v", c.LeaseTTL)
 	case c.Work < 0:
 		return BadInput("--work must not be negative, got %v", c.Work)
-	case c.AcquireTimeout <= 0 || c.StoreTimeout <= 0 || c.OpTimeout <= 0 || c.CheckTimeout <= 0:
-		return BadInput("timeouts must be positive")
 	case c.ResultsDir == "":
 		return BadInput("--results must name a directory")
+	}
+	for _, t := range []struct {
+		flag string
+		d    time.Duration
+	}{{"--acquire-timeout", c.AcquireTimeout}, {"--store-timeout", c.StoreTimeout}, {"--op-timeout", c.OpTimeout}, {"--check-timeout", c.CheckTimeout}} {
+		if t.d <= 0 {
+			return BadInput("%s must be positive, got %v", t.flag, t.d)
+		}
+	}
+	for _, name := range strings.Split(c.Bypass, ",") {
+		if name = strings.TrimSpace(name); name == "" && c.Bypass == "" {
+			break
+		}
+		if n, err := strconv.Atoi(strings.TrimPrefix(name, "c")); err != nil || !strings.HasPrefix(name, "c") || n < 1 || n > c.Concurrency || name != "c"+strconv.Itoa(n) {
+			return BadInput("--bypass-clients: no client %q (this run has c1..c%d; --concurrency sets how many)", name, c.Concurrency)
+		}
 	}
 	if err := c.Schedule().Validate(); err != nil {
 		return BadInput("%v (check --nemesis-interval, --fault-min, --fault-max)", err)
@@ -273,18 +292,38 @@ func splitList(s string) []string {
 	return out
 }
 
-// checkWritable makes sure dir exists (creating it) and can be written.
+// checkWritable checks that the results directory can be written,
+// without making it: a refused run leaves nothing behind.
 func checkWritable(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return BadInput("results directory %s cannot be created (choose another with --results): %v", dir, err)
+	return CheckWritableDir("--results", dir)
+}
+
+// CheckWritableDir checks that directory dir, named by flag, exists and can
+// be written, or could be made: its nearest existing ancestor is a
+// directory in which a file can be made. It creates nothing (a probe file
+// is made and removed); its error is bad input naming the flag.
+func CheckWritableDir(flag, dir string) error {
+	at := filepath.Clean(dir)
+	for {
+		fi, err := os.Stat(at)
+		if err == nil {
+			if !fi.IsDir() {
+				return BadInput("%s %s cannot be made: %s is a file (name a writable directory)", flag, dir, at)
+			}
+			break
+		}
+		up := filepath.Dir(at)
+		if up == at {
+			return BadInput("%s %s cannot be made: %v", flag, dir, err)
+		}
+		at = up
 	}
-	f, err := os.CreateTemp(dir, ".probe-")
+	f, err := os.CreateTemp(at, ".splitbrain-probe-")
 	if err != nil {
-		return BadInput("results directory %s is not writable (fix its permissions or choose another with --results): %v", dir, err)
+		return BadInput("%s %s cannot be written (fix the permissions of %s or name another): %v", flag, dir, at, errors.Unwrap(err))
 	}
 	f.Close()
-	os.Remove(f.Name())
-	return nil
+	return os.Remove(f.Name())
 }
 
 // runDirName is the results directory of a run: target-workload-nemesis.

@@ -2,6 +2,7 @@ package nemesis
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/splitbrain/splitbrain/internal/registry"
@@ -67,14 +68,28 @@ func Kinds() []Kind { return kinds.All() }
 // Names returns the registered faults' names, sorted.
 func Names() []string { return kinds.Names() }
 
-// Select parses a --nemesis list ("pause,clock"; "none" and empty items
-// stand for nothing) into the names of registered faults, in order.
+// Select parses a --nemesis list ("pause,clock", or "none" alone) into
+// the names of registered faults, in order. An empty list, an empty item,
+// "none" beside a fault and a fault named twice are refused: each is a
+// typo more often than a wish.
 func Select(list string) ([]string, error) {
+	known := "none, or a comma-separated list of " + strings.Join(Names(), ", ")
+	if strings.TrimSpace(list) == "none" {
+		return nil, nil
+	}
+	if strings.TrimSpace(list) == "" {
+		return nil, fmt.Errorf("empty (want %s)", known)
+	}
 	var out []string
 	for _, name := range strings.Split(list, ",") {
 		name = strings.TrimSpace(name)
-		if name == "" || name == "none" {
-			continue
+		switch {
+		case name == "":
+			return nil, fmt.Errorf("%q has an empty item (want %s)", list, known)
+		case name == "none":
+			return nil, fmt.Errorf("%q: none stands alone, it cannot go with a fault (want %s)", list, known)
+		case slices.Contains(out, name):
+			return nil, fmt.Errorf("%q names %s twice (want %s)", list, name, known)
 		}
 		if _, ok := Lookup(name); !ok {
 			return nil, fmt.Errorf("unknown nemesis %q (known: none, %s)", name, strings.Join(Names(), ", "))

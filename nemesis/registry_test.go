@@ -11,15 +11,24 @@ import (
 )
 
 func TestSelect(t *testing.T) {
-	if got, err := Select("pause, none,kill,"); err != nil || !slices.Equal(got, []string{"pause", "kill"}) {
+	if got, err := Select(" pause,kill"); err != nil || !slices.Equal(got, []string{"pause", "kill"}) {
 		t.Fatalf("%v %v", got, err)
 	}
 	if got, err := Select("none"); err != nil || len(got) != 0 {
 		t.Fatalf("%v %v", got, err)
 	}
-	_, err := Select("pause,meteor")
-	if err == nil || !strings.Contains(err.Error(), `unknown nemesis "meteor" (known: none, `) || !strings.Contains(err.Error(), "partition") {
-		t.Fatalf("unknown nemesis: %v", err)
+	for list, want := range map[string]string{
+		"pause,meteor":      `unknown nemesis "meteor" (known: none, `,
+		"":                  "empty (want none, or a comma-separated list of ",
+		"pause, none,kill,": "none stands alone",
+		"none,pause":        "none stands alone",
+		"pause,":            "has an empty item",
+		"pause,pause":       "names pause twice",
+	} {
+		_, err := Select(list)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "partition") {
+			t.Errorf("Select(%q): %v, want %q and the known faults", list, err, want)
+		}
 	}
 }
 

@@ -159,7 +159,7 @@ func LoadSet(nameOrPath string) (*Set, error) {
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&s); err != nil {
-		return nil, harness.BadInput("matrix set %s: %v", nameOrPath, err)
+		return nil, harness.BadInput("matrix set %s: %s", nameOrPath, yamlProblem(b, err))
 	}
 	if strings.ContainsAny(nameOrPath, "/.") {
 		// A client's files are named relative to the set's file.
@@ -170,6 +170,101 @@ func LoadSet(nameOrPath string) (*Set, error) {
 		}
 	}
 	return &s, s.validate()
+}
+
+// yamlProblem says in one line what is wrong with set file b, which the
+// decoder refused with err: an empty file as such, a type error with its
+// line, its key and what the key takes (the decoder's own words name a Go
+// type and end in a newline).
+func yamlProblem(b []byte, err error) string {
+	if errors.Is(err, io.EOF) {
+		return "the file is empty (want name, time_limit, seeds and scenarios: see the shipped sets, e.g. `splitbrain matrix --set smoke`)"
+	}
+	var te *yaml.TypeError
+	if !errors.As(err, &te) || len(te.Errors) == 0 {
+		return strings.ReplaceAll(err.Error(), "\n", " ")
+	}
+	var doc yaml.Node
+	_ = yaml.Unmarshal(b, &doc)
+	var out []string
+	for _, e := range te.Errors {
+		var line int
+		if _, scanErr := fmt.Sscanf(e, "line %d:", &line); scanErr != nil {
+			out = append(out, e)
+			continue
+		}
+		msg := strings.TrimSpace(strings.TrimPrefix(e, fmt.Sprintf("line %d:", line)))
+		if i := strings.LastIndex(msg, " into "); i >= 0 {
+			msg = msg[:i] + " (want " + yamlWant(msg[i+len(" into "):]) + ")"
+		}
+		if key := keyAtLine(&doc, line, ""); key != "" {
+			out = append(out, fmt.Sprintf("line %d, key %s: %s", line, key, msg))
+		} else {
+			out = append(out, fmt.Sprintf("line %d: %s", line, msg))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// yamlWant says a Go type a set key decodes into in a user's words.
+func yamlWant(goType string) string {
+	switch goType {
+	case "time.Duration":
+		return "a duration such as 30s"
+	case "int", "uint64":
+		return "a whole number"
+	case "string":
+		return "a string"
+	case "[]string":
+		return "a list of strings"
+	case "[]uint64":
+		return "a list of whole numbers, e.g. [1, 2, 3]"
+	case "map[string]string":
+		return "a mapping of key: value"
+	case "[]scenario.Entry":
+		return "a list of scenarios, each a mapping with a name"
+	case "scenario.Entry", "scenario.Set":
+		return "a mapping"
+	}
+	return goType
+}
+
+// keyAtLine is the path ("scenarios[2].targets") of the key whose value
+// starts at line in the YAML tree n, or "".
+func keyAtLine(n *yaml.Node, line int, path string) string {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			if k := keyAtLine(c, line, path); k != "" {
+				return k
+			}
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			key, val := n.Content[i], n.Content[i+1]
+			p := key.Value
+			if path != "" {
+				p = path + "." + p
+			}
+			if k := keyAtLine(val, line, p); k != "" {
+				return k
+			}
+			if key.Line == line || val.Line == line {
+				return p
+			}
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			if k := keyAtLine(c, line, p); k != "" {
+				return k
+			}
+			if c.Line == line && c.Kind == yaml.ScalarNode {
+				return p
+			}
+		}
+	}
+	return ""
 }
 
 // checkKeys refuses a key a set or its entries do not have, in one line
@@ -244,6 +339,9 @@ func (s *Set) Check(backends harness.Backends) error {
 			for _, cl := range e.clients() {
 				base := harness.DefaultConfig()
 				base.TimeLimit, base.Seed = s.TimeLimit, 1
+				// A directory that is there: checking a set writes nothing
+				// (the runner checks its own results directory).
+				base.ResultsDir = os.TempDir()
 				cfg, err := e.config(sc, b, cl, base)
 				if err == nil {
 					_, err = harness.Prepare(cfg, backends)

@@ -33,6 +33,12 @@ func newCheckCmd(_ *globalFlags) *cobra.Command {
 			"for the memory at hand (one line says how much it needs).",
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if timeout <= 0 {
+				return &usageError{fmt.Errorf("--timeout must be positive, got %v (e.g. 1m)", timeout)}
+			}
+			if memory < 0 || (memory == 0 && cmd.Flags().Changed("memory-mib")) {
+				return &usageError{fmt.Errorf("--memory-mib must be a positive number of MiB, got %d (leave it out for 90%% of the available memory)", memory)}
+			}
 			if err := planCheckMemory(harness.HistoryPath(args[0]), memory); err != nil {
 				return err
 			}

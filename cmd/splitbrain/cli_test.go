@@ -47,7 +47,7 @@ func TestBadInput(t *testing.T) {
 		{"unknown workload", []string{"run", "--workload", "bank", "--results", res}, "unknown workload"},
 		{"unknown nemesis", []string{"run", "--nemesis", "meteor", "--results", res}, "unknown nemesis"},
 		{"negative clients", []string{"run", "--concurrency", "-1", "--results", res}, "--concurrency"},
-		{"results under a file", []string{"run", "--results", filepath.Join(file, "x")}, "results directory"},
+		{"results under a file", []string{"run", "--results", filepath.Join(file, "x")}, "is a file"},
 		{"bad recipe option", []string{"run", "--recipe-opt", "novalue", "--results", res}, "key=value"},
 		{"unknown store", []string{"run", "--store", "mysql", "--results", res}, "unknown store \"mysql\" (known: builtin, postgres)"},
 		{"unknown store option", []string{"run", "--store", "postgres", "--store-opt", "mode=x", "--results", res}, "unknown --store-opt mode for store postgres (known: check)"},

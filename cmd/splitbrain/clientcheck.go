@@ -5,6 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -59,6 +64,9 @@ func newClientCheckCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return &usageError{err}
 			}
+			if err := checkClientCheckInput(backend, endpoints, ttl, dir, args[0]); err != nil {
+				return err
+			}
 			svc, stop, err := checkService(backend, endpoints)
 			if err != nil {
 				return err
@@ -94,6 +102,42 @@ func newClientCheckCmd(g *globalFlags) *cobra.Command {
 	f.StringArrayVar(&opts, "recipe-opt", nil, "option key=value sent in hello (repeatable)")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
+}
+
+// checkClientCheckInput refuses client-check's bad input before the
+// adapter or any service starts: an unknown backend, a malformed endpoint,
+// a TTL that is not positive, a working directory or an adapter program
+// that is not there.
+func checkClientCheckInput(backend string, endpoints []string, ttl time.Duration, dir, prog string) error {
+	if _, err := targets.Lookup(backend); err != nil {
+		return &usageError{fmt.Errorf("--backend: %w", err)}
+	}
+	for _, ep := range endpoints {
+		host, port, err := net.SplitHostPort(ep)
+		if n, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || n < 1 || n > 65535 {
+			return &usageError{fmt.Errorf("--endpoints %q: want host:port, e.g. 127.0.0.1:2379", ep)}
+		}
+	}
+	if ttl <= 0 {
+		return &usageError{fmt.Errorf("--ttl must be positive, got %v (e.g. 2s)", ttl)}
+	}
+	if dir != "" {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			return &usageError{fmt.Errorf("--dir %s: no such directory (the adapter's working directory; leave it out for this one)", dir)}
+		}
+	}
+	path := prog
+	if strings.Contains(prog, "/") && !filepath.IsAbs(prog) && dir != "" {
+		path = filepath.Join(dir, prog)
+	}
+	if strings.Contains(prog, "/") {
+		if fi, err := os.Stat(path); err != nil || fi.IsDir() {
+			return &usageError{fmt.Errorf("adapter program %s: no such file (the command after -- runs in --dir, default this directory)", path)}
+		}
+	} else if _, err := exec.LookPath(prog); err != nil {
+		return &usageError{fmt.Errorf("adapter program %s: not found on PATH (install it, or give its path)", prog)}
+	}
+	return nil
 }
 
 // checkService is the lock service client-check runs against: in-process

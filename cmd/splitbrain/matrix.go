@@ -121,8 +121,8 @@ func (m *matrixFlags) bind(cmd *cobra.Command) {
 
 // check refuses flag values that make no sense.
 func (m *matrixFlags) check() error {
-	if m.parallel < 1 {
-		return &usageError{fmt.Errorf("--parallel %d: want 1 or more", m.parallel)}
+	if m.parallel < 1 || m.parallel > maxParallel {
+		return &usageError{fmt.Errorf("--parallel %d: want 1..%d (runs side by side share one engine; on 2 cores 3 is the most that pays)", m.parallel, maxParallel)}
 	}
 	if _, err := scenario.ParseShard(m.shard); err != nil {
 		return err
@@ -174,6 +174,9 @@ func runMatrix(cmd *cobra.Command, g *globalFlags, set *scenario.Set, mf *matrix
 		var b strings.Builder
 		if err := m.WriteRates(&b); err != nil {
 			return m, err
+		}
+		if err := os.MkdirAll(filepath.Dir(mf.rates), 0o755); err != nil {
+			return m, fmt.Errorf("write rates: %w", err)
 		}
 		if err := os.WriteFile(mf.rates, []byte(b.String()), 0o644); err != nil {
 			return m, fmt.Errorf("write rates: %w", err)
@@ -257,7 +260,7 @@ func newMatrixCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if mf.repeat < 0 {
+			if mf.repeat < 0 || (mf.repeat == 0 && cmd.Flags().Changed("repeat")) {
 				return &usageError{fmt.Errorf("--repeat %d: want 1 or more", mf.repeat)}
 			}
 			if err := mf.check(); err != nil {
@@ -268,6 +271,9 @@ func newMatrixCmd(g *globalFlags) *cobra.Command {
 			}
 			// Every run's options, checked before any image work.
 			if err := set.Check(nil); err != nil {
+				return err
+			}
+			if err := checkOutputs(mf.results, map[string]string{"--junit": mf.junit, "--rates": mf.rates}); err != nil {
 				return err
 			}
 			mf.plan.Write(cmd.OutOrStdout())
@@ -353,7 +359,15 @@ func newValidateCmd(g *globalFlags) *cobra.Command {
 				}
 			}
 			if len(jobs) == 0 {
-				return &harness.InputError{Err: fmt.Errorf("no --client serves --target %s", strings.Join(tgts, ","))}
+				var serve []string
+				for _, t := range tgts {
+					b, _ := targets.Lookup(t)
+					serve = append(serve, t+": "+strings.Join(harness.ClientNames(b), ", "))
+				}
+				return &harness.InputError{Err: fmt.Errorf("no --client %s serves --target %s (clients of each target: %s)", strings.Join(clients, ","), strings.Join(tgts, ","), strings.Join(serve, "; "))}
+			}
+			if err := checkOutputs(mf.results, map[string]string{"--junit": mf.junit, "--page": page}); err != nil {
+				return err
 			}
 			var sets []*scenario.Set
 			for _, j := range jobs {

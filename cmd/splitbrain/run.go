@@ -208,6 +208,14 @@ func (g *globalFlags) dockerDeps(ctx context.Context, log *slog.Logger, progress
 
 func runTest(ctx context.Context, cfg harness.Config, sf *sshFlags, g *globalFlags, log *slog.Logger, stdout, stderr io.Writer) error {
 	// Checked once, before anything connects: bad input exits 254 first.
+	if err := docker.CheckControl(g.control); err != nil {
+		return &usageError{fmt.Errorf("--control: %w", err)}
+	}
+	if sf.enabled() {
+		if _, err := sf.options(); err != nil {
+			return err
+		}
+	}
 	plan, err := harness.Prepare(cfg, nil)
 	if err != nil {
 		return err

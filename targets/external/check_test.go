@@ -97,6 +97,8 @@ func TestCheckNamesMistakes(t *testing.T) {
 	}{
 		{"a debug print on stdout", "stdout", "not a JSON object",
 			[]string{"    def acquire(self, req):\n", "    def acquire(self, req):\n        print('acquiring', req['key'])\n"}},
+		{"a 3 MiB garbage line on stdout", "stdout", "a line longer than 1 MiB",
+			[]string{"    def acquire(self, req):\n", "    def acquire(self, req):\n        print('x' * (3 << 20), flush=True)\n"}},
 		{"busy told as unavailable", "busy", "tell busy from unavailable",
 			[]string{`return {"type": "busy"}  # held`, `return {"type": "unavailable", "message": "held"}  # held`}},
 		{"a release without the owner check", "not-owner", "answered ok",

@@ -509,10 +509,12 @@ func (p *proc) readStderr(r io.Reader) {
 }
 
 func (p *proc) readStdout(r io.Reader) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		rep, unknown, err := ParseReply(sc.Bytes())
+	lr := newLineReader(r)
+	for lr.next() {
+		rep, unknown, err := Reply{}, []string(nil), lr.err
+		if err == nil {
+			rep, unknown, err = ParseReply(lr.line)
+		}
 		if p.cfg.onLine != nil {
 			p.cfg.onLine(rep, unknown, err)
 		}
@@ -550,9 +552,6 @@ func (p *proc) readStdout(r io.Reader) {
 		default:
 			p.garbage(fmt.Sprintf("it answered request %d, which it was never sent or has already answered", rep.ID))
 		}
-	}
-	if err := sc.Err(); err != nil {
-		p.log.Warn("read adapter output", "err", err)
 	}
 }
 
