@@ -126,6 +126,10 @@ func (p *Plan) Run(ctx context.Context, deps Deps) (out *Outcome, err error) {
 		err = r.panicked(pe)
 	}
 	r.cleanup()
+	if r.discard {
+		r.unwrite()
+		return nil, err
+	}
 	r.finish(err)
 	return &Outcome{Dir: r.dir, Results: r.res}, err
 }
@@ -181,6 +185,11 @@ type run struct {
 	phases   map[string]time.Duration
 	errs     []string
 	cleaned  bool
+	// discard: the run was refused once its clients said what they are
+	// (a fenced workload, a user's adapter without a token): it leaves
+	// nothing behind. prevLatest is what resultsDir/latest named before.
+	discard    bool
+	prevLatest string
 
 	// clientCaps are capabilities the nemeses need in client nodes.
 	clientCaps []string
@@ -223,8 +232,23 @@ func (r *run) prepareDir() error {
 		Nemesis: r.cfg.Nemesis, Seed: r.cfg.Seed, Config: r.cfg, Started: r.started,
 		Harness: map[string]string{"go": rt.Version(), "os": rt.GOOS + "/" + rt.GOARCH},
 	}
+	r.prevLatest, _ = os.Readlink(filepath.Join(r.cfg.ResultsDir, "latest"))
 	updateLatest(r.cfg.ResultsDir, r.dir)
 	return nil
+}
+
+// unwrite removes a discarded run's directory (and its parent when it is
+// left empty) and points resultsDir/latest back where it was.
+func (r *run) unwrite() {
+	r.logFile.Close()
+	os.RemoveAll(r.dir)
+	os.Remove(filepath.Dir(r.dir)) // only when empty
+	link := filepath.Join(r.cfg.ResultsDir, "latest")
+	if r.prevLatest == "" {
+		os.Remove(link)
+		return
+	}
+	updateLatest(r.cfg.ResultsDir, filepath.Join(r.cfg.ResultsDir, r.prevLatest))
 }
 
 // liveRunIDs are the run IDs of this process's runs that have not ended:
@@ -333,6 +357,7 @@ func (r *run) execute(ctx context.Context) error {
 			return err
 		}
 		if err := r.learnClient(client); err != nil {
+			r.discard = true
 			return err
 		}
 		r.env = &nemesis.Env{Nodes: cluster.Nodes(), Store: storeNode, Clients: clientNodes, Revive: r.revive}

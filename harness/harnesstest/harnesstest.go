@@ -35,6 +35,9 @@ type World struct {
 	// Target is the backend; its Alias renames it, so that a scenario
 	// written for another backend runs on the in-memory service.
 	Target inmem.Target
+	// Lockers are more lock clients the agents can make, by recipe kind
+	// (a recipe registered by the test), besides the in-memory one.
+	Lockers map[string]targets.LockerFactory
 
 	mu   sync.Mutex
 	last Run
@@ -89,8 +92,12 @@ func (w *World) newRun() Run {
 			return nil
 		},
 		runtime.RoleClient: func(ctx context.Context, p *memrt.Proc) error {
+			lockers := map[string]targets.LockerFactory{inmem.Kind: locks.Factory()}
+			for k, f := range w.Lockers {
+				lockers[k] = f
+			}
 			return agent.Serve(ctx, p.Stdin, p.Stdout, agent.Deps{
-				Lockers:   map[string]targets.LockerFactory{inmem.Kind: locks.Factory()},
+				Lockers:   lockers,
 				DialStore: func(string, time.Duration) agent.Store { return st },
 				Step:      p.Gate.Wait,
 			})
