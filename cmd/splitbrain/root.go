@@ -163,6 +163,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newServeCmd(g),
 		newBenchLoopCmd(g),
 		newClientCheckCmd(g),
+		newReferenceCmd(g),
 	}
 	root.AddCommand(cmds...)
 	root.AddCommand(newProgramCmds(g, cmds)...)
