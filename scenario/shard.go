@@ -73,7 +73,8 @@ type Costs struct {
 	// Overhead is a run's time outside its test phase, per target (a
 	// target not named takes DefaultOverhead).
 	Overhead map[string]time.Duration
-	// Cells are cells' measured durations (one run's mean), by CellKey.String().
+	// Cells are cells' measured times outside the test phase (one run's
+	// mean), by CellKey.String().
 	Cells map[string]time.Duration
 	// Source says where the figures come from.
 	Source string
@@ -86,8 +87,10 @@ func DefaultCosts() Costs {
 }
 
 // CostsFrom reads the durations of earlier runs from matrix.json files:
-// each cell's mean run duration, and each target's mean time outside the
-// test phase (for cells they did not run). Every runner of a sharded set
+// each cell's mean time outside the test phase (bring-up, final reads,
+// check, clean-up: its run's duration less its set's time limit), and each
+// target's (for cells they did not run). A run then costs its set's time
+// limit plus that. Every runner of a sharded set
 // must read the same files (commit them, or pass the same artefact), or
 // the split differs: merge then refuses the shards.
 func CostsFrom(paths []string) (Costs, error) {
@@ -111,14 +114,18 @@ func CostsFrom(paths []string) (Costs, error) {
 		if err != nil {
 			return c, harness.BadInput("--shard-costs: %v", err)
 		}
+		if m.Set == nil {
+			return c, harness.BadInput("--shard-costs: %s has no set (not a matrix.json)", p)
+		}
 		for _, r := range m.Rows {
 			if r.Duration <= 0 || r.Error != "" {
 				continue
 			}
-			add(cells, r.key().String(), r.Duration)
-			if m.Set != nil {
-				add(over, r.Target, max(0, r.Duration-m.Set.TimeLimit))
-			}
+			// Time outside the test phase: the same cell in a set with
+			// another time limit costs that limit plus the same.
+			o := max(0, r.Duration-m.Set.TimeLimit)
+			add(cells, r.key().String(), o)
+			add(over, r.Target, o)
 		}
 	}
 	for k, a := range cells {
@@ -134,7 +141,7 @@ func CostsFrom(paths []string) (Costs, error) {
 // run is the expected duration of one run of cell k of set.
 func (c Costs) run(set *Set, k CellKey) time.Duration {
 	if d, ok := c.Cells[k.String()]; ok {
-		return d
+		return set.TimeLimit + d
 	}
 	if d, ok := c.Overhead[k.Target]; ok {
 		return set.TimeLimit + d

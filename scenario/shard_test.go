@@ -142,7 +142,7 @@ func TestSplitByMeasuredCosts(t *testing.T) {
 		{Scenario: "bypass-writer", Targets: []string{"redis"}},
 	}}
 	earlier := &Matrix{Set: set, Rows: []Row{
-		{Scenario: "correct-pattern", Target: "etcd", Seed: 1, Duration: 100 * time.Second},
+		{Scenario: "correct-pattern", Target: "etcd", Seed: 1, Duration: 100 * time.Second}, // 90 s outside the test
 		{Scenario: "bypass-writer", Target: "lockd", Seed: 1, Duration: 15 * time.Second}, // lockd's overhead: 5 s
 	}}
 	path := filepath.Join(t.TempDir(), "matrix.json")
@@ -153,12 +153,13 @@ func TestSplitByMeasuredCosts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	set.TimeLimit = 20 * time.Second // the same cells with another time limit
 	sp := SplitSets([]*Set{set}, 0, 2, costs)
 	want := map[string]time.Duration{
-		"correct-pattern/etcd/seed-1":  100 * time.Second,
-		"correct-pattern/lockd/seed-1": 15 * time.Second,
-		"correct-pattern/redis/seed-1": 10*time.Second + DefaultOverhead,
-		"bypass-writer/redis/seed-1":   10*time.Second + DefaultOverhead,
+		"correct-pattern/etcd/seed-1":  110 * time.Second,
+		"correct-pattern/lockd/seed-1": 25 * time.Second,
+		"correct-pattern/redis/seed-1": 20*time.Second + DefaultOverhead,
+		"bypass-writer/redis/seed-1":   20*time.Second + DefaultOverhead,
 	}
 	for _, c := range sp.Cells {
 		if c.Cost != want[c.Key.String()] {
