@@ -143,7 +143,7 @@ func TestSplitByMeasuredCosts(t *testing.T) {
 	}}
 	earlier := &Matrix{Set: set, Rows: []Row{
 		{Scenario: "correct-pattern", Target: "etcd", Seed: 1, Duration: 100 * time.Second}, // 90 s outside the test
-		{Scenario: "bypass-writer", Target: "lockd", Seed: 1, Duration: 15 * time.Second}, // lockd's overhead: 5 s
+		{Scenario: "bypass-writer", Target: "lockd", Seed: 1, Duration: 15 * time.Second},   // lockd's overhead: 5 s
 	}}
 	path := filepath.Join(t.TempDir(), "matrix.json")
 	if err := earlier.WriteJSON(path); err != nil {
