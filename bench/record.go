@@ -322,7 +322,7 @@ func recordLoops(ctx context.Context, env *dockerEnv, round, conc, keys int, d t
 		return fail(err)
 	}
 	base := agent.Config{
-		Recipe: cl.Recipe(), Store: storeAddr,
+		Recipe: targets.RecipeConfig{Kind: redis.Name, Backend: redis.Name, Endpoints: cl.Endpoints(), TTL: targets.Duration(def.LeaseTTL)}, Store: storeAddr,
 		StoreTimeout:   targets.Duration(def.StoreTimeout),
 		AcquireTimeout: targets.Duration(def.AcquireTimeout),
 		ReleaseTimeout: targets.Duration(def.StoreTimeout),

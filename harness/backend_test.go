@@ -21,6 +21,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
@@ -41,6 +42,8 @@ var inmemFile = images.BuiltFile("inmemd", "/usr/local/bin/inmemd", 0o755,
 	func() []string { return []string{"inmemd v1"} },
 	func(_ context.Context, out string) error { return os.WriteFile(out, []byte("#!/bin/sh\n"), 0o755) })
 
+var inmemExpiry = option.Enum("expiry", "none: locks never expire", "ttl", "none")
+
 func init() {
 	targets.Register(targets.Backend{
 		Name:   inmemName,
@@ -55,9 +58,9 @@ func init() {
 	})
 	targets.RegisterRecipe(targets.Recipe{
 		Kind: inmemName, Backends: []string{inmemName}, Fencing: true, CheckedRelease: true,
-		Options: []targets.Option{{Name: "expiry", Values: []string{"ttl", "none"}, Doc: "none: locks never expire"}},
+		Options: option.Decls(inmemExpiry),
 		New: func(_ context.Context, cfg targets.RecipeConfig, client string, _ *slog.Logger) (targets.Locker, error) {
-			return &inmemLocker{client: client, ttl: time.Duration(cfg.TTL), forever: cfg.Options["expiry"] == "none"}, nil
+			return &inmemLocker{client: client, ttl: time.Duration(cfg.TTL), forever: inmemExpiry.Get(cfg.Options) == "none"}, nil
 		},
 	})
 }
@@ -90,19 +93,15 @@ func (inmemTarget) Start(ctx context.Context, rt runtime.Runtime, opts targets.O
 	service.mu.Lock()
 	service.gate, service.locks, service.tokens = n.(*memrt.Node).Gate(), map[string]inmemHold{}, map[string]uint64{}
 	service.mu.Unlock()
-	return inmemCluster{n: n, ttl: opts.TTL, opts: opts.RecipeOptions}, nil
+	return inmemCluster{n: n}, nil
 }
 
 type inmemCluster struct {
-	n    runtime.Node
-	ttl  time.Duration
-	opts map[string]string
+	n runtime.Node
 }
 
 func (c inmemCluster) Nodes() []runtime.Node { return []runtime.Node{c.n} }
-func (c inmemCluster) Recipe() targets.RecipeConfig {
-	return targets.RecipeConfig{Kind: inmemName, Endpoints: []string{"n1"}, TTL: targets.Duration(c.ttl), Options: c.opts}
-}
+func (c inmemCluster) Endpoints() []string   { return []string{"n1"} }
 func (inmemCluster) Versions(context.Context) map[string]string {
 	return map[string]string{inmemName: "1"}
 }

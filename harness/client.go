@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
@@ -234,46 +235,53 @@ func (cl Client) registerImage() {
 	}
 }
 
-// checkClient checks the run's options against its client: the recipe
-// options it takes (a client the user brings checks its own, at its
-// handshake) and a fenced workload, which needs a client that gives tokens.
-func (c Config) checkClient(b targets.Backend, cl Client) error {
-	if cl.unregistered {
-		if err := b.CheckOptions(c.RecipeOptions); err != nil {
-			return BadInput("--recipe-opt: %v", err)
-		}
-		return nil
-	}
-	if !cl.External() {
-		if err := b.CheckOptionsWith(cl.Recipe, c.RecipeOptions); err != nil {
-			return BadInput("--recipe-opt: %v", err)
-		}
-		if c.Workload == workloads.FencedCounter && !cl.Recipe.Fencing {
-			return NoTokenRefusal(cl.Recipe.Kind)
-		}
-	}
-	return nil
+// Options are a run's --recipe-opt and --store-opt settings, checked once
+// against their declarations (package option) and parted by who reads
+// them: the backend's Target.Start, the agents' lock recipe, the store.
+type Options struct {
+	// Backend are the backend's own settings (targets.Options.Settings).
+	Backend option.Set
+	// Recipe are the client's (targets.RecipeConfig.Options): for a
+	// client the user brings, every setting that is not the backend's own,
+	// unchecked here (its adapter checks them at its handshake).
+	Recipe option.Set
+	// Store are the store's (--store-opt).
+	Store option.Set
 }
 
-// recipeConfig is what the agents get: the cluster's recipe configuration
-// with the client's kind, the backend's name and, for a client the user
-// brings, its command. An adapter gets only the options that are not the
-// backend's own (it refuses options it does not know).
-func (cl Client) recipeConfig(rc targets.RecipeConfig, b targets.Backend) targets.RecipeConfig {
-	rc.Kind, rc.Backend, rc.Command = cl.Recipe.Kind, b.Name, cl.Command
-	if cl.External() || cl.Recipe.Adapter != "" {
-		opts := map[string]string{}
-		for k, v := range rc.Options {
-			if !slices.ContainsFunc(b.Options, func(o targets.Option) bool { return o.Name == k }) {
-				opts[k] = v
-			}
+// parseOptions checks the run's --recipe-opt settings against the
+// backend's and its client's declarations, once, and parts them; and
+// refuses a fenced workload with a client that gives no token.
+func (c Config) parseOptions(b targets.Backend, cl Client) (own, recipe option.Set, err error) {
+	switch {
+	case cl.External():
+		own, err = option.Parse(b.Options, option.Set(c.RecipeOptions).Only(b.Options), "option", "target "+b.Name)
+		recipe = option.Set(c.RecipeOptions).Without(b.Options)
+	case cl.unregistered:
+		if len(c.RecipeOptions) > 0 {
+			err = b.CheckOptions(c.RecipeOptions)
 		}
-		rc.Options = opts
-		if len(opts) == 0 {
-			rc.Options = nil
-		}
+		own, recipe = option.Set(c.RecipeOptions).Only(b.Options), option.Set(c.RecipeOptions).Without(b.Options)
+	default:
+		own, recipe, err = b.ParseOptions(cl.Recipe, c.RecipeOptions)
 	}
-	return rc
+	if err != nil {
+		return nil, nil, BadInput("--recipe-opt: %v", err)
+	}
+	if !cl.External() && !cl.unregistered && c.Workload == workloads.FencedCounter && !cl.Recipe.Fencing {
+		return nil, nil, NoTokenRefusal(cl.Recipe.Kind)
+	}
+	return own, recipe, nil
+}
+
+// recipeConfig is what the agents get: the client's kind, the backend's
+// name, the cluster's endpoints, the run's lease TTL and the client's
+// options; for a client the user brings, its command.
+func (r *run) recipeConfig(cluster targets.Cluster) targets.RecipeConfig {
+	return targets.RecipeConfig{
+		Kind: r.client.Recipe.Kind, Backend: r.backend.Name, Command: r.client.Command,
+		Endpoints: cluster.Endpoints(), TTL: targets.Duration(r.cfg.LeaseTTL), Options: r.opts.Recipe,
+	}
 }
 
 // learnClient completes results.json's client from what the agents'

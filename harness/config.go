@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
@@ -108,16 +109,18 @@ type Config struct {
 	Scenario string `json:"scenario,omitempty"`
 }
 
-// StoreKind is the declaration of the run's kind of counter store.
-func (c Config) StoreKind() (store.Kind, error) {
+// StoreKind is the declaration of the run's kind of counter store and its
+// settings, checked against the kind's declarations.
+func (c Config) StoreKind() (store.Kind, option.Set, error) {
 	k, err := store.Lookup(c.Store)
 	if err != nil {
-		return store.Kind{}, BadInput("--store: %v", err)
+		return store.Kind{}, nil, BadInput("--store: %v", err)
 	}
-	if err := k.CheckOptions(c.StoreOptions); err != nil {
-		return store.Kind{}, &InputError{Err: err}
+	opts, err := k.ParseOptions(c.StoreOptions)
+	if err != nil {
+		return store.Kind{}, nil, &InputError{Err: err}
 	}
-	return k, nil
+	return k, opts, nil
 }
 
 // DefaultConfig is a 30 s unfenced-counter run under pauses on the default
@@ -165,10 +168,12 @@ func (c Config) Validate(backends Backends) error {
 // Plan is a config checked once against its backend, with its nemeses
 // built: what [Plan.Run] runs. A Plan runs once.
 type Plan struct {
-	cfg     Config
-	backend targets.Backend
-	nemeses []nemesis.Nemesis
-	client  Client
+	cfg       Config
+	backend   targets.Backend
+	nemeses   []nemesis.Nemesis
+	client    Client
+	storeKind store.Kind
+	opts      Options
 }
 
 // Config returns the plan's config.
@@ -176,6 +181,9 @@ func (p *Plan) Config() Config { return p.cfg }
 
 // Backend returns the declaration of the plan's backend.
 func (p *Plan) Backend() targets.Backend { return p.backend }
+
+// Options returns the plan's option settings, checked and parted.
+func (p *Plan) Options() Options { return p.opts }
 
 // Prepare checks cfg against its backend, resolved by backends (nil:
 // targets.Lookup), and returns an InputError naming the first problem; it
@@ -193,18 +201,18 @@ func Prepare(cfg Config, backends Backends) (*Plan, error) {
 	return p, nil
 }
 
-// validate checks c against p's backend and puts the nemeses it names and
-// its lock client in p.
+// validate checks c against p's backend and puts the nemeses it names,
+// its lock client, its store and its options, parsed, in p.
 func (c Config) validate(p *Plan) error {
 	cl, err := c.ResolveClient(p.backend)
 	if err != nil {
 		return err
 	}
-	if err := c.checkClient(p.backend, cl); err != nil {
+	if p.opts.Backend, p.opts.Recipe, err = c.parseOptions(p.backend, cl); err != nil {
 		return err
 	}
 	p.client = cl
-	if _, err := c.StoreKind(); err != nil {
+	if p.storeKind, p.opts.Store, err = c.StoreKind(); err != nil {
 		return err
 	}
 	switch {

@@ -37,6 +37,7 @@ import (
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads"
 	"github.com/splitbrain/splitbrain/workloads/agent"
 )
@@ -107,7 +108,7 @@ func (p *Plan) Run(ctx context.Context, deps Deps) (out *Outcome, err error) {
 	if cfg.Seed == 0 {
 		cfg.Seed = rand.Uint64()
 	}
-	r := &run{cfg: cfg, deps: deps, backend: p.backend, nems: p.nemeses, client: p.client, started: deps.Now().UTC()}
+	r := &run{cfg: cfg, deps: deps, backend: p.backend, nems: p.nemeses, client: p.client, storeKind: p.storeKind, opts: p.opts, started: deps.Now().UTC()}
 	if err := r.prepareDir(); err != nil {
 		return nil, err
 	}
@@ -164,16 +165,18 @@ func (r *run) panicked(pe *PanicError) error {
 }
 
 type run struct {
-	cfg     Config
-	deps    Deps
-	backend targets.Backend
-	nems    []nemesis.Nemesis
-	client  Client
-	log     *slog.Logger
-	started time.Time
-	runID   string
-	dir     string
-	logFile *os.File
+	cfg       Config
+	deps      Deps
+	backend   targets.Backend
+	nems      []nemesis.Nemesis
+	client    Client
+	storeKind store.Kind
+	opts      Options
+	log       *slog.Logger
+	started   time.Time
+	runID     string
+	dir       string
+	logFile   *os.File
 
 	rt       runtime.Runtime
 	hw       *history.Writer
@@ -309,10 +312,7 @@ func (r *run) execute(ctx context.Context) error {
 	client.registerImage()
 	info := client.Info()
 	r.res.Client = &info
-	storeKind, err := r.cfg.StoreKind()
-	if err != nil {
-		return err
-	}
+	storeKind := r.storeKind
 	err = r.phase("setup", func() error {
 		roles := append([]string{storeKind.Role, client.Role}, backend.RoleNames()...)
 		if r.deps.Images != nil {
@@ -328,11 +328,11 @@ func (r *run) execute(ctx context.Context) error {
 			return fmt.Errorf("runtime: %w", err)
 		}
 		r.rt = rtm
-		storeNode, storeAddr, err := storeKind.Deploy(hard, r.rt, imgs[storeKind.Role], r.cfg.StoreOptions)
+		storeNode, storeAddr, err := storeKind.Deploy(hard, r.rt, imgs[storeKind.Role], r.opts.Store)
 		if err != nil {
 			return err
 		}
-		cluster, err = backend.Target.Start(hard, r.rt, targets.Options{Images: imgs, TTL: r.cfg.LeaseTTL, RecipeOptions: r.cfg.RecipeOptions, ExtraCaps: nodeCaps, Log: r.log})
+		cluster, err = backend.Target.Start(hard, r.rt, targets.Options{Images: imgs, TTL: r.cfg.LeaseTTL, Settings: r.opts.Backend, ExtraCaps: nodeCaps, Log: r.log})
 		if err != nil {
 			return fmt.Errorf("start %s: %w", r.cfg.Target, err)
 		}
@@ -352,7 +352,7 @@ func (r *run) execute(ctx context.Context) error {
 		if err := nemesis.Choose(hard, nems, &nemesis.Env{Nodes: cluster.Nodes(), Store: storeNode}, host, r.log); err != nil {
 			return refused(err)
 		}
-		clientNodes, err := r.startClients(hard, imgs[client.Role], client.recipeConfig(cluster.Recipe(), backend), storeAddr)
+		clientNodes, err := r.startClients(hard, imgs[client.Role], r.recipeConfig(cluster), storeAddr)
 		if err != nil {
 			return err
 		}
@@ -415,7 +415,7 @@ func (r *run) execute(ctx context.Context) error {
 // startClients starts, configures and clock-syncs the client agents.
 func (r *run) startClients(ctx context.Context, image string, recipe targets.RecipeConfig, storeAddr string) ([]runtime.Node, error) {
 	cfg := agent.Config{
-		Recipe: recipe, Store: storeAddr, StoreKind: r.cfg.Store, StoreOptions: r.cfg.StoreOptions,
+		Recipe: recipe, Store: storeAddr, StoreKind: r.cfg.Store, StoreOptions: r.opts.Store,
 		StoreTimeout:   targets.Duration(r.cfg.StoreTimeout),
 		AcquireTimeout: targets.Duration(r.cfg.AcquireTimeout),
 		ReleaseTimeout: targets.Duration(r.cfg.StoreTimeout),

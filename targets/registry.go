@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/internal/registry"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
@@ -107,15 +108,10 @@ type Clock struct {
 	Now func(ctx context.Context, n runtime.Node) (time.Time, error)
 }
 
-// Option is a setting a run may give with --recipe-opt NAME=VALUE.
-type Option struct {
-	Name string
-	// Values are the values it accepts, the default first; empty means
-	// any value the doc describes (a duration, say).
-	Values []string
-	// Doc says in one line what it does.
-	Doc string
-}
+// Option declares a setting a run may give with --recipe-opt NAME=VALUE
+// (package option: typed declarations, option.Enum and the like, list
+// themselves with option.Decls).
+type Option = option.Decl
 
 // Probe is a backend's health probe: `splitbrain probe <backend>
 // [--endpoint host:port]`, run inside one of its nodes against the node's
@@ -373,11 +369,18 @@ func RegisterAdapterRunner(run AdapterRunner) {
 	adapterRunner = run
 }
 
-// Factory is the recipe's LockerFactory: New, or the registered adapter
-// runner running Adapter.
+// Factory is the recipe's LockerFactory: New, after a check of the
+// options it is given against the recipe's declarations (they were
+// checked by the harness that sent them; New reads them through those
+// declarations), or the registered adapter runner running Adapter.
 func (r Recipe) Factory() LockerFactory {
 	if r.New != nil {
-		return r.New
+		return func(ctx context.Context, cfg RecipeConfig, client string, log *slog.Logger) (Locker, error) {
+			if _, err := option.Parse(r.Options, cfg.Options, "option", "recipe "+r.Kind); err != nil {
+				return nil, err
+			}
+			return r.New(ctx, cfg, client, log)
+		}
 	}
 	regMu.RLock()
 	run := adapterRunner
@@ -439,7 +442,7 @@ func (b Backend) AllOptions() ([]Option, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(slices.Clone(b.Options), r.Options...), nil
+	return b.OptionsWith(r), nil
 }
 
 // OptionsWith are the --recipe-opt settings a run of the backend with the
@@ -455,58 +458,36 @@ func (b Backend) Accepts(name, value string) bool {
 }
 
 // CheckOptions returns an error naming the first of opts that a run of the
-// backend does not accept — an unknown name (a misspelt anti-pattern
-// switch would otherwise silently test the safe recipe) or a value not
-// among the option's Values — and what it does accept.
+// backend with its own recipe does not accept — an unknown name (a misspelt
+// anti-pattern switch would otherwise silently test the safe recipe) or a
+// value its declaration refuses — and what it does accept.
 func (b Backend) CheckOptions(opts map[string]string) error {
 	if len(opts) == 0 {
 		return nil
 	}
-	all, err := b.AllOptions()
+	r, err := b.RunRecipe()
 	if err != nil {
 		return err
 	}
-	return b.checkOptions(all, opts)
+	_, _, err = b.ParseOptions(r, opts)
+	return err
 }
 
 // CheckOptionsWith is CheckOptions for a run of the backend with the
 // client recipe r instead of its own.
 func (b Backend) CheckOptionsWith(r Recipe, opts map[string]string) error {
-	if len(opts) == 0 {
-		return nil
-	}
-	return b.checkOptions(b.OptionsWith(r), opts)
+	_, _, err := b.ParseOptions(r, opts)
+	return err
 }
 
-func (b Backend) checkOptions(all []Option, opts map[string]string) error {
-	return CheckOptionList(all, opts, "option", "target "+b.Name)
-}
-
-// CheckOptionList returns an error naming the first of opts (in name
-// order) that known does not accept — an unknown name, or a value not among
-// the option's Values — and what is accepted. flag is how the user gives
-// options ("option", "--store-opt"), owner what takes them ("target redis").
-func CheckOptionList(known []Option, opts map[string]string, flag, owner string) error {
-	names := make([]string, 0, len(opts))
-	for k := range opts {
-		names = append(names, k)
+// ParseOptions checks raw, a run's --recipe-opt settings, against the
+// options of the backend and of the client recipe r, once, and returns
+// them parted: the backend's own (Target.Start's [Options.Settings]) and
+// the rest, the recipe's (RecipeConfig.Options).
+func (b Backend) ParseOptions(r Recipe, raw map[string]string) (own, recipe option.Set, err error) {
+	all, err := option.Parse(b.OptionsWith(r), raw, "option", "target "+b.Name)
+	if err != nil {
+		return nil, nil, err
 	}
-	slices.Sort(names)
-	for _, k := range names {
-		i := slices.IndexFunc(known, func(o Option) bool { return o.Name == k })
-		if i < 0 {
-			if len(known) == 0 {
-				return fmt.Errorf("%s %s: %s takes none", flag, k, owner)
-			}
-			accepted := make([]string, len(known))
-			for j, o := range known {
-				accepted[j] = o.Name
-			}
-			return fmt.Errorf("unknown %s %s for %s (known: %s)", flag, k, owner, strings.Join(accepted, ", "))
-		}
-		if o := known[i]; len(o.Values) > 0 && !slices.Contains(o.Values, opts[k]) {
-			return fmt.Errorf("%s %s=%q for %s: want one of %s", flag, k, opts[k], owner, strings.Join(o.Values, ", "))
-		}
-	}
-	return nil
+	return all.Only(b.Options), all.Without(b.Options), nil
 }

@@ -10,8 +10,9 @@
 // the scenarios and the CLI look them up here.
 //
 // A [Target] starts a backend's nodes and returns a [Cluster]; the
-// cluster's [RecipeConfig] travels to every client agent, which turns it
-// into a [Locker] with the factory registered for its Kind. Besides the
+// harness puts the cluster's endpoints in a [RecipeConfig], which travels
+// to every client agent, which turns it into a [Locker] with the factory
+// registered for its Kind. Besides the
 // backends, subpackage store is the protected resource.
 package targets
 
@@ -23,6 +24,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime"
 )
 
@@ -131,7 +133,9 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 }
 
 // RecipeConfig tells a client how to reach a lock service and how to use
-// it. It is sent to each agent as JSON.
+// it. The harness builds it from the run's client, the cluster's endpoints
+// and the recipe's options, checked once against their declarations; it is
+// sent to each agent as JSON.
 type RecipeConfig struct {
 	// Kind selects the registered recipe (Recipe.Kind).
 	Kind string `json:"kind"`
@@ -139,9 +143,12 @@ type RecipeConfig struct {
 	Endpoints []string `json:"endpoints"`
 	// TTL is the lease time to live.
 	TTL Duration `json:"ttl"`
-	// Options are recipe-specific switches, e.g. the anti-patterns a
-	// scenario asks for ("expiry": "none", "release": "unchecked").
-	Options map[string]string `json:"options,omitempty"`
+	// Options are the recipe's own options (Recipe.Options), e.g. the
+	// anti-patterns a scenario asks for ("expiry": "none"), checked by the
+	// harness; a recipe reads them through its declarations
+	// (option.Of.Get). A user's adapter gets every option that is not the
+	// backend's own.
+	Options option.Set `json:"options,omitempty"`
 	// Backend names the backend (Kind names the recipe, which may serve
 	// several backends); empty means Kind.
 	Backend string `json:"backend,omitempty"`
@@ -168,8 +175,10 @@ type Options struct {
 	Images map[string]string
 	// TTL is the lease time to live clients ask for.
 	TTL time.Duration
-	// RecipeOptions are passed through to RecipeConfig.Options.
-	RecipeOptions map[string]string
+	// Settings are the run's values of the backend's own options
+	// (Backend.Options: server settings), checked against their
+	// declarations; the target reads them through those declarations.
+	Settings option.Set
 	// ExtraCaps are Linux capabilities the run's nemeses need in the
 	// target's nodes, added to the nodes' own: runtime.CapSysPtrace when
 	// the clock nemesis may skew them by vDSO injection. The harness sets
@@ -194,8 +203,9 @@ type Target interface {
 type Cluster interface {
 	// Nodes are the backend's nodes (the nemesis may fault them).
 	Nodes() []runtime.Node
-	// Recipe is what clients need to take locks.
-	Recipe() RecipeConfig
+	// Endpoints are the addresses the backend's clients dial
+	// (RecipeConfig.Endpoints), in node order.
+	Endpoints() []string
 	// Versions reports the backend's software versions for results.json.
 	Versions(ctx context.Context) map[string]string
 }

@@ -469,8 +469,8 @@ func configuration(b targets.Backend, opts map[string]string) string {
 		parts = append(parts, k+"="+opts[k])
 	}
 	for _, o := range b.Options {
-		if _, ok := opts[o.Name]; !ok && len(o.Values) > 0 {
-			parts = append(parts, o.Name+"="+o.Values[0]+" (default)")
+		if _, ok := opts[o.Name]; !ok && o.DefaultValue() != "" {
+			parts = append(parts, o.Name+"="+o.DefaultValue()+" (default)")
 		}
 	}
 	if len(parts) == 0 {

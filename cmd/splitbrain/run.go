@@ -99,7 +99,7 @@ func storeOptionsHelp() string {
 		}
 		fmt.Fprintf(&b, "\n  %s:", k.Name)
 		for _, o := range k.Options {
-			fmt.Fprintf(&b, " %s=%s", o.Name, strings.Join(o.Values, "|"))
+			fmt.Fprintf(&b, " %s", o.Usage())
 		}
 	}
 	return b.String()
@@ -116,11 +116,7 @@ func recipeOptionsHelp() string {
 		}
 		fmt.Fprintf(&b, "\n  %s:", t.Name)
 		for _, o := range opts {
-			v := ""
-			if len(o.Values) > 0 {
-				v = "=" + strings.Join(o.Values, "|")
-			}
-			fmt.Fprintf(&b, " %s%s", o.Name, v)
+			fmt.Fprintf(&b, " %s", o.Usage())
 		}
 	}
 	return b.String()

@@ -93,7 +93,7 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{nodes: nodes, ttl: opts.TTL, opts: opts.RecipeOptions}
+	c := &Cluster{nodes: nodes}
 	if err := c.WaitHealthy(ctx, 30*time.Second); err != nil {
 		return nil, err
 	}
@@ -103,8 +103,6 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 // Cluster is a running etcd cluster.
 type Cluster struct {
 	nodes []runtime.Node
-	ttl   time.Duration
-	opts  map[string]string
 }
 
 var _ targets.Cluster = (*Cluster)(nil)
@@ -112,13 +110,13 @@ var _ targets.Cluster = (*Cluster)(nil)
 // Nodes implements targets.Cluster.
 func (c *Cluster) Nodes() []runtime.Node { return c.nodes }
 
-// Recipe implements targets.Cluster.
-func (c *Cluster) Recipe() targets.RecipeConfig {
+// Endpoints implements targets.Cluster: every member's client address.
+func (c *Cluster) Endpoints() []string {
 	eps := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
 		eps[i] = net.JoinHostPort(n.Addr().String(), strconv.Itoa(ClientPort))
 	}
-	return targets.RecipeConfig{Kind: Name, Endpoints: eps, TTL: targets.Duration(c.ttl), Options: c.opts}
+	return eps
 }
 
 // Versions implements targets.Cluster.

@@ -304,13 +304,13 @@ func TestTargetOnMemrt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := c.Recipe(); r.Kind != Kind || time.Duration(r.TTL) != ttl || len(c.Nodes()) != 1 {
-		t.Fatalf("recipe %+v, nodes %v", r, c.Nodes())
+	if eps := c.Endpoints(); len(c.Nodes()) != 1 || len(eps) != 1 || eps[0] != c.Nodes()[0].Addr().String() {
+		t.Fatalf("endpoints %v, nodes %v", eps, c.Nodes())
 	}
 	if caps := c.Nodes()[0].(*memrt.Node).Spec().Caps; len(caps) != 2 {
 		t.Fatalf("caps %v", caps)
 	}
-	l, err := s.Factory()(ctx, c.Recipe(), "c1", nil)
+	l, err := s.Factory()(ctx, targets.RecipeConfig{Kind: Kind, Endpoints: c.Endpoints(), TTL: targets.Duration(ttl)}, "c1", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime/memrt"
 	"github.com/splitbrain/splitbrain/targets"
 )
@@ -100,31 +101,33 @@ func (f Faults) or(g Faults) Faults {
 	}
 }
 
-// ParseOptions reads recipe options (targets.RecipeConfig.Options) into
-// faults, with the Redis recipe's names where they exist: expiry=ttl|none,
-// release=checked|unchecked, tokens=forward|backward, available=yes|no. An
-// unknown option or value is an error.
+// The recipe's options, with the Redis recipe's names where they exist:
+// each one turns a fault on for the clients of a run.
+var (
+	Expiry    = option.Enum("expiry", "none: locks never expire", "ttl", "none")
+	Release   = option.Enum("release", "unchecked: a release deletes whoever's lock it finds", "checked", "unchecked")
+	Tokens    = option.Enum("tokens", "backward: every grant's token is below the one before", "forward", "backward")
+	Available = option.Enum("available", "no: every acquisition fails unavailable", "yes", "no")
+)
+
+// RecipeOptions are the declarations of the recipe's options.
+var RecipeOptions = option.Decls(Expiry, Release, Tokens, Available)
+
+// ParseOptions checks recipe options (targets.RecipeConfig.Options)
+// against [RecipeOptions] and reads them into faults: expiry=ttl|none,
+// release=checked|unchecked, tokens=forward|backward, available=yes|no.
+// An unknown option or value is an error.
 func ParseOptions(opts map[string]string) (Faults, error) {
-	var f Faults
-	for k, v := range opts {
-		var bad bool
-		switch k {
-		case "expiry":
-			f.NoExpiry, bad = v == "none", v != "ttl" && v != "none"
-		case "release":
-			f.UncheckedRelease, bad = v == "unchecked", v != "checked" && v != "unchecked"
-		case "tokens":
-			f.BackwardTokens, bad = v == "backward", v != "forward" && v != "backward"
-		case "available":
-			f.Unavailable, bad = v == "no", v != "yes" && v != "no"
-		default:
-			return Faults{}, fmt.Errorf("inmem recipe: unknown option %q (known: expiry, release, tokens, available)", k)
-		}
-		if bad {
-			return Faults{}, fmt.Errorf("inmem recipe: %s=%q is not a known value", k, v)
-		}
+	set, err := option.Parse(RecipeOptions, opts, "option", "inmem recipe")
+	if err != nil {
+		return Faults{}, err
 	}
-	return f, nil
+	return Faults{
+		NoExpiry:         Expiry.Get(set) == "none",
+		UncheckedRelease: Release.Get(set) == "unchecked",
+		BackwardTokens:   Tokens.Get(set) == "backward",
+		Unavailable:      Available.Get(set) == "no",
+	}, nil
 }
 
 // Options configure a [Service].

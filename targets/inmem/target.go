@@ -40,13 +40,9 @@ func (t Target) Backend() targets.Backend {
 	}
 }
 
-// Start implements targets.Target: it starts node n1 and returns a cluster
-// whose recipe is of kind [Kind], with the run's TTL and recipe options
-// (see [ParseOptions]).
+// Start implements targets.Target: it starts node n1 and returns a
+// cluster whose clients dial n1.
 func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
-	if _, err := ParseOptions(opts.RecipeOptions); err != nil {
-		return nil, err
-	}
 	n, err := rt.Start(ctx, runtime.NodeSpec{
 		Name: "n1", Role: Role, Image: opts.Images[Role],
 		Caps: append([]string{runtime.CapNetAdmin}, opts.ExtraCaps...),
@@ -54,15 +50,12 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 	if err != nil {
 		return nil, fmt.Errorf("start inmem: %w", err)
 	}
-	return &Cluster{node: n, recipe: targets.RecipeConfig{
-		Kind: Kind, Endpoints: []string{n.Addr().String()}, TTL: targets.Duration(opts.TTL), Options: opts.RecipeOptions,
-	}}, nil
+	return &Cluster{node: n}, nil
 }
 
 // Cluster is a started [Target].
 type Cluster struct {
-	node   runtime.Node
-	recipe targets.RecipeConfig
+	node runtime.Node
 }
 
 var _ targets.Cluster = (*Cluster)(nil)
@@ -70,19 +63,11 @@ var _ targets.Cluster = (*Cluster)(nil)
 // Nodes implements targets.Cluster.
 func (c *Cluster) Nodes() []runtime.Node { return []runtime.Node{c.node} }
 
-// Recipe implements targets.Cluster.
-func (c *Cluster) Recipe() targets.RecipeConfig { return c.recipe }
+// Endpoints implements targets.Cluster.
+func (c *Cluster) Endpoints() []string { return []string{c.node.Addr().String()} }
 
 // Versions implements targets.Cluster.
 func (c *Cluster) Versions(context.Context) map[string]string { return map[string]string{Name: "1"} }
-
-// RecipeOptions are the recipe options [ParseOptions] reads.
-var RecipeOptions = []targets.Option{
-	{Name: "expiry", Values: []string{"ttl", "none"}, Doc: "none: locks never expire"},
-	{Name: "release", Values: []string{"checked", "unchecked"}, Doc: "unchecked: a release deletes whoever's lock it finds"},
-	{Name: "tokens", Values: []string{"forward", "backward"}, Doc: "backward: every grant's token is below the one before"},
-	{Name: "available", Values: []string{"yes", "no"}, Doc: "no: every acquisition fails unavailable"},
-}
 
 // Recipe declares the lock recipe of kind [Kind] on s, for a test to
 // register with targets.RegisterRecipe (nothing registers it otherwise).

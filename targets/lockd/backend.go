@@ -6,7 +6,9 @@ import (
 	"log/slog"
 	"net"
 	"strconv"
+	"time"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/lockd/server"
 )
@@ -33,6 +35,20 @@ var ServerProgram = targets.Program{
 	},
 }
 
+// The backend's own options: the servers' settings.
+var (
+	LockDelay = option.Duration("lock-delay",
+		"a duration: keep a lock ungrantable that long after its lease lapsed unreleased, as Chubby does (default 0: off)",
+		0, 0, 0)
+	MaxTTL = option.Duration("max-ttl",
+		"a duration: the longest lease a client may ask for, and a new leader's wait before freeing inherited locks (default: the lease TTL)",
+		0, time.Millisecond, 0).Described("the lease TTL")
+)
+
+// EndpointsOption is the recipe's option: which nodes a client talks to.
+var EndpointsOption = option.Enum("endpoints",
+	"all: every node, following not-leader redirects; pinned: client cN starts at node N only", "all", "pinned")
+
 func init() {
 	targets.Register(targets.Backend{
 		Name:    Name,
@@ -43,10 +59,7 @@ func init() {
 		Leads:   true,
 		Durable: true,
 		Recipe:  Name,
-		Options: []targets.Option{
-			{Name: "lock-delay", Doc: "a duration: keep a lock ungrantable that long after its lease lapsed unreleased, as Chubby does (default 0: off)"},
-			{Name: "max-ttl", Doc: "a duration: the longest lease a client may ask for, and a new leader's wait before freeing inherited locks (default: the lease TTL)"},
-		},
+		Options: option.Decls(LockDelay, MaxTTL),
 		Probe: &targets.Probe{
 			Endpoint: net.JoinHostPort("127.0.0.1", strconv.Itoa(HTTPPort)),
 			Run:      func(ctx context.Context, endpoint string) (any, error) { return Probe(ctx, endpoint) },
@@ -57,9 +70,7 @@ func init() {
 		Kind:     Name,
 		Backends: []string{Name},
 		Fencing:  true, CheckedRelease: true, Renews: true,
-		Options: []targets.Option{
-			{Name: "endpoints", Values: []string{"all", "pinned"}, Doc: "all: every node, following not-leader redirects; pinned: client cN starts at node N only"},
-		},
-		New: NewLocker,
+		Options: option.Decls(EndpointsOption),
+		New:     NewLocker,
 	})
 }

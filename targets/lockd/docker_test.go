@@ -72,7 +72,7 @@ func TestDockerCluster(t *testing.T) {
 		}
 	}
 
-	recipe := c.Recipe()
+	recipe := targets.RecipeConfig{Kind: lockd.Name, Endpoints: c.Endpoints(), TTL: targets.Duration(ttl)}
 	reach(t, recipe.Endpoints[0])
 	l := newLocker(t, recipe, "c1")
 	other := newLocker(t, recipe, "c2")

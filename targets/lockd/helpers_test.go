@@ -74,7 +74,8 @@ func freePorts(tb testing.TB, n int) []int {
 // node runs Probe against that node's loopback endpoint.
 type memCluster struct {
 	*Cluster
-	rt *memrt.Runtime
+	ttl time.Duration
+	rt  *memrt.Runtime
 	// raft and http map a node's name to its loopback addresses.
 	raft, http map[string]string
 	// Endpoints are the nodes' loopback HTTP endpoints, n1 first.
@@ -90,7 +91,7 @@ func startMem(t *testing.T, tg Target, opts targets.Options) *memCluster {
 	log := testLogger(t, slog.LevelWarn)
 	size := tg.Size()
 	ports := freePorts(t, 2*size)
-	m := &memCluster{raft: map[string]string{}, http: map[string]string{}, args: map[string][]string{}}
+	m := &memCluster{ttl: opts.TTL, raft: map[string]string{}, http: map[string]string{}, args: map[string][]string{}}
 	for i := range size {
 		name := fmt.Sprintf("n%d", i+1)
 		m.raft[name] = fmt.Sprintf("127.0.0.1:%d", ports[i])
@@ -168,11 +169,10 @@ func (m *memCluster) node(t *testing.T, name string) runtime.Node {
 	return nil
 }
 
-// recipe is the cluster's recipe with loopback endpoints.
+// recipe is the recipe configuration the harness would give clients, with
+// loopback endpoints.
 func (m *memCluster) recipe() targets.RecipeConfig {
-	r := m.Recipe()
-	r.Endpoints = m.Endpoints
-	return r
+	return targets.RecipeConfig{Kind: Name, Endpoints: m.Endpoints, TTL: targets.Duration(m.ttl)}
 }
 
 // waitLeader waits until a node other than not leads, and returns it.

@@ -108,8 +108,8 @@ type ServerOptions struct {
 	LockDelay time.Duration
 }
 
-// serverOptions resolves t's settings, the run's TTL and the recipe
-// options into server settings.
+// serverOptions resolves t's settings, the run's TTL and the backend's
+// settings (LockDelay, MaxTTL) into server settings.
 func (t Target) serverOptions(opts targets.Options) (ServerOptions, error) {
 	// Clients ask in whole milliseconds, rounded up.
 	ttl := (opts.TTL + time.Millisecond - 1).Truncate(time.Millisecond)
@@ -117,25 +117,17 @@ func (t Target) serverOptions(opts targets.Options) (ServerOptions, error) {
 	if so.MaxTTL <= 0 {
 		so.MaxTTL = cmp.Or(ttl, defaultMaxTTL)
 	}
-	for _, o := range []struct {
-		name string
-		dst  *time.Duration
-	}{{"lock-delay", &so.LockDelay}, {"max-ttl", &so.MaxTTL}} {
-		s, ok := opts.RecipeOptions[o.name]
-		if !ok {
-			continue
-		}
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return ServerOptions{}, fmt.Errorf("lockd option %s=%q: %w", o.name, s, err)
-		}
-		*o.dst = d
+	if d, ok := LockDelay.Lookup(opts.Settings); ok {
+		so.LockDelay = d
+	}
+	if d, ok := MaxTTL.Lookup(opts.Settings); ok {
+		so.MaxTTL = d
 	}
 	switch {
 	case so.LockDelay < 0:
-		return ServerOptions{}, fmt.Errorf("lockd option lock-delay=%v must not be negative", so.LockDelay)
+		return ServerOptions{}, fmt.Errorf("lockd lock-delay %v must not be negative", so.LockDelay)
 	case so.MaxTTL <= 0:
-		return ServerOptions{}, fmt.Errorf("lockd option max-ttl=%v must be positive", so.MaxTTL)
+		return ServerOptions{}, fmt.Errorf("lockd max-ttl %v must be positive", so.MaxTTL)
 	case ttl > so.MaxTTL:
 		return ServerOptions{}, fmt.Errorf("lease TTL %v exceeds lockd's max-ttl %v", opts.TTL, so.MaxTTL)
 	}
@@ -190,7 +182,7 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{nodes: nodes, ttl: opts.TTL, opts: opts.RecipeOptions, server: so, log: log}
+	c := &Cluster{nodes: nodes, server: so, log: log}
 	if err := c.WaitHealthy(ctx, 30*time.Second); err != nil {
 		return nil, err
 	}
@@ -201,8 +193,6 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 // Cluster is a running lockd cluster.
 type Cluster struct {
 	nodes  []runtime.Node
-	ttl    time.Duration
-	opts   map[string]string
 	server ServerOptions
 	log    *slog.Logger
 }
@@ -218,13 +208,13 @@ func (c *Cluster) Nodes() []runtime.Node { return c.nodes }
 // Server is the server settings the nodes run with.
 func (c *Cluster) Server() ServerOptions { return c.server }
 
-// Recipe implements targets.Cluster.
-func (c *Cluster) Recipe() targets.RecipeConfig {
+// Endpoints implements targets.Cluster: every node's HTTP address.
+func (c *Cluster) Endpoints() []string {
 	eps := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
 		eps[i] = net.JoinHostPort(n.Addr().String(), strconv.Itoa(HTTPPort))
 	}
-	return targets.RecipeConfig{Kind: Name, Endpoints: eps, TTL: targets.Duration(c.ttl), Options: c.opts}
+	return eps
 }
 
 // Versions implements targets.Cluster: lockd's version and the Raft

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/lockd/client"
@@ -37,13 +38,17 @@ func TestServerOptions(t *testing.T) {
 			ServerOptions{MaxTTL: 3 * time.Second, LockDelay: 250 * time.Millisecond}, ""},
 		{"lock-delay off", Target{LockDelay: time.Second}, time.Second, map[string]string{"lock-delay": "0s"}, ServerOptions{MaxTTL: time.Second}, ""},
 		{"bad duration", Target{}, time.Second, map[string]string{"lock-delay": "soon"}, ServerOptions{}, "lock-delay"},
-		{"negative delay", Target{}, time.Second, map[string]string{"lock-delay": "-1s"}, ServerOptions{}, "negative"},
+		{"negative delay", Target{}, time.Second, map[string]string{"lock-delay": "-1s"}, ServerOptions{}, "lock-delay=\"-1s\" for target lockd: want a duration of at least 0s"},
 		{"ttl above max", Target{}, 5 * time.Second, map[string]string{"max-ttl": "2s"}, ServerOptions{}, "exceeds"},
-		{"zero max", Target{}, 0, map[string]string{"max-ttl": "0s"}, ServerOptions{}, "positive"},
+		{"zero max", Target{}, 0, map[string]string{"max-ttl": "0s"}, ServerOptions{}, "max-ttl=\"0s\" for target lockd: want a duration of at least 1ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := tt.target.serverOptions(targets.Options{TTL: tt.ttl, RecipeOptions: tt.opts})
+			set, err := option.Parse(option.Decls(LockDelay, MaxTTL, EndpointsOption), tt.opts, "option", "target lockd")
+			var got ServerOptions
+			if err == nil {
+				got, err = tt.target.serverOptions(targets.Options{TTL: tt.ttl, Settings: set.Only(option.Decls(LockDelay, MaxTTL))})
+			}
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tt.wantErr)
@@ -147,17 +152,16 @@ func TestHealthy(t *testing.T) {
 // throughout.
 func TestTarget(t *testing.T) {
 	ctx := context.Background()
-	m := startMem(t, Target{}, targets.Options{TTL: time.Second, RecipeOptions: map[string]string{"lock-delay": "200ms"}})
+	m := startMem(t, Target{}, targets.Options{TTL: time.Second, Settings: option.Set{"lock-delay": "200ms"}})
 
 	// The recipe clients get: every node's HTTP address, the run's TTL
 	// and options.
-	r := m.Recipe()
 	var want []string
 	for _, n := range m.Nodes() {
 		want = append(want, net.JoinHostPort(n.Addr().String(), strconv.Itoa(HTTPPort)))
 	}
-	if r.Kind != "lockd" || !slices.Equal(r.Endpoints, want) || time.Duration(r.TTL) != time.Second || r.Options["lock-delay"] != "200ms" {
-		t.Fatalf("recipe %+v", r)
+	if eps := m.Cluster.Endpoints(); !slices.Equal(eps, want) {
+		t.Fatalf("endpoints %v, want %v", eps, want)
 	}
 	if m.Server() != (ServerOptions{MaxTTL: time.Second, LockDelay: 200 * time.Millisecond}) {
 		t.Fatalf("server options %+v", m.Server())
@@ -234,7 +238,7 @@ func TestTarget(t *testing.T) {
 func TestRecipeOnCluster(t *testing.T) {
 	ctx := context.Background()
 	const ttl = 600 * time.Millisecond
-	m := startMem(t, Target{}, targets.Options{TTL: ttl, RecipeOptions: map[string]string{"lock-delay": "800ms"}})
+	m := startMem(t, Target{}, targets.Options{TTL: ttl, Settings: option.Set{"lock-delay": "800ms"}})
 	a := newTestLocker(t, m.recipe(), "c1")
 	b := newTestLocker(t, m.recipe(), "c2")
 

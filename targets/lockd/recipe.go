@@ -69,7 +69,7 @@ func newLocker(cfg targets.RecipeConfig, name string, log *slog.Logger, opts ...
 	if cfg.TTL < 0 {
 		return nil, fmt.Errorf("lockd recipe: negative lease TTL %v", time.Duration(cfg.TTL))
 	}
-	eps, err := ClientEndpoints(cfg.Endpoints, name, cfg.Options["endpoints"])
+	eps, err := ClientEndpoints(cfg.Endpoints, name, EndpointsOption.Get(cfg.Options))
 	if err != nil {
 		return nil, fmt.Errorf("lockd recipe: %w", err)
 	}

@@ -51,13 +51,20 @@ func TestNewLockerRejects(t *testing.T) {
 		want string
 	}{
 		{"no endpoints", targets.RecipeConfig{Kind: "lockd"}, "no endpoints"},
-		{"bad endpoints mode", targets.RecipeConfig{Kind: "lockd", Endpoints: []string{"127.0.0.1:1"}, Options: map[string]string{"endpoints": "some"}}, "want all or pinned"},
+		{"bad endpoints mode", targets.RecipeConfig{Kind: "lockd", Endpoints: []string{"127.0.0.1:1"}, Options: map[string]string{"endpoints": "some"}}, `option endpoints="some" for recipe lockd: want one of all, pinned`},
 		{"bad endpoint", targets.RecipeConfig{Kind: "lockd", Endpoints: []string{"ftp://x:1"}}, "bad endpoint"},
 		{"negative ttl", targets.RecipeConfig{Kind: "lockd", Endpoints: []string{"127.0.0.1:1"}, TTL: targets.Duration(-time.Second)}, "negative"},
 	}
+	// The registered factory checks the options against the recipe's
+	// declarations, then NewLocker checks the rest.
+	r, err := targets.LookupRecipe(Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	newLocker := r.Factory()
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := NewLocker(context.Background(), tt.cfg, "c1", nil)
+			_, err := newLocker(context.Background(), tt.cfg, "c1", nil)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want %q", err, tt.want)
 			}

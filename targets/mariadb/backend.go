@@ -54,7 +54,7 @@ func init() {
 		// The server notices a silent client within about 3 s.
 		KeepaliveWith: map[string]string{"tcp_keepalive_time": "1", "tcp_keepalive_interval": "1", "tcp_keepalive_probes": "2"},
 		Recipe:        Name,
-		Options:       ServerSettings,
+		Options:       ServerSettings(),
 		Probe: &targets.Probe{
 			Endpoint: localEndpoint,
 			Run:      func(ctx context.Context, endpoint string) (any, error) { return Probe(ctx, endpoint) },
@@ -72,7 +72,7 @@ func init() {
 		Version:  targets.ModuleVersion(ClientLibrary),
 		Fencing:  true, CheckedRelease: true, Session: true,
 		Title:   "GET_LOCK named locks with go-sql-driver/mysql, token from a SEQUENCE (Go, in process)",
-		Options: RecipeOptions,
+		Options: RecipeOptions(),
 		New:     NewLocker,
 	})
 	targets.RegisterRecipe(targets.Recipe{
@@ -81,7 +81,7 @@ func init() {
 		Title:    "GET_LOCK named locks with PyMySQL, token from a SEQUENCE (Python, through the client protocol)",
 		Library:  "PyMySQL", Version: "1.0.2", Language: "python",
 		Fencing: true, CheckedRelease: true, Session: true,
-		Options:  RecipeOptions,
+		Options:  RecipeOptions(),
 		Packages: []string{PyPackage},
 		Files:    []images.File{PyAdapter},
 		Adapter:  "exec python3 " + PyScript,

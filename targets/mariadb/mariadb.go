@@ -38,6 +38,7 @@ package mariadb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"regexp"
@@ -45,6 +46,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
@@ -63,43 +65,42 @@ type Target struct{}
 
 var _ targets.Target = Target{}
 
-// ServerSettings are the backend's options that are server variables,
+// ServerSettings declares the backend's options that are server variables,
 // each passed to mariadbd as --NAME=VALUE: how soon the server notices a
 // client that is gone or idle.
-var ServerSettings = []targets.Option{
-	{Name: "wait_timeout", Doc: "seconds a session may stay idle before the server ends it (and its locks) (MariaDB's default 28800); the recipe sets its own per session unless timeout=none"},
-	{Name: "tcp_keepalive_time", Doc: "seconds of silence before the server's first keepalive probe (0: the kernel's, 7200 s on Linux)"},
-	{Name: "tcp_keepalive_interval", Doc: "seconds between unanswered keepalive probes (0: the kernel's, 75 s)"},
-	{Name: "tcp_keepalive_probes", Doc: "unanswered probes before the server drops the connection (0: the kernel's, 9)"},
-	{Name: "lock_wait_timeout", Doc: "seconds a statement waits for a metadata lock (MariaDB's default 86400); GET_LOCK's own timeout argument bounds a named-lock wait"},
+func ServerSettings() []option.Decl {
+	return option.Decls(
+		setting("wait_timeout", "seconds a session may stay idle before the server ends it (and its locks) (MariaDB's default 28800); the recipe sets its own per session unless timeout=none"),
+		setting("tcp_keepalive_time", "seconds of silence before the server's first keepalive probe (0: the kernel's, 7200 s on Linux)"),
+		setting("tcp_keepalive_interval", "seconds between unanswered keepalive probes (0: the kernel's, 75 s)"),
+		setting("tcp_keepalive_probes", "unanswered probes before the server drops the connection (0: the kernel's, 9)"),
+		setting("lock_wait_timeout", "seconds a statement waits for a metadata lock (MariaDB's default 86400); GET_LOCK's own timeout argument bounds a named-lock wait"),
+	)
+}
+
+// setting declares a server variable: a whole number of seconds (the
+// server's default when not given).
+func setting(name, doc string) option.Of[string] {
+	return option.Text(name, doc, "", func(v string) error {
+		if !settingValue.MatchString(v) {
+			return errors.New("want a whole number of seconds")
+		}
+		return nil
+	})
 }
 
 var settingValue = regexp.MustCompile(`^[0-9]+$`)
 
-// Settings picks the server settings out of a run's options and checks
-// their values.
-func Settings(opts map[string]string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, o := range ServerSettings {
-		v, ok := opts[o.Name]
-		if !ok {
-			continue
-		}
-		if !settingValue.MatchString(v) {
-			return nil, fmt.Errorf("mariadb: %s=%q: want a whole number of seconds", o.Name, v)
-		}
-		out[o.Name] = v
-	}
-	return out, nil
+// Settings are the server variables a run gives, out of the backend's
+// settings opts (checked against [ServerSettings]).
+func Settings(opts option.Set) map[string]string {
+	return opts.Only(ServerSettings())
 }
 
 // Start implements targets.Target: one node, n1, healthy when the probe
 // connects and finds the fencing sequence.
 func (Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
-	settings, err := Settings(opts.RecipeOptions)
-	if err != nil {
-		return nil, err
-	}
+	settings := Settings(opts.Settings)
 	if _, err := rt.Reserve("n1"); err != nil {
 		return nil, fmt.Errorf("reserve mariadb address: %w", err)
 	}
@@ -113,7 +114,7 @@ func (Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Option
 	if err := WaitHealthy(ctx, n, 90*time.Second); err != nil {
 		return nil, err
 	}
-	return &Cluster{node: n, ttl: opts.TTL, opts: opts.RecipeOptions}, nil
+	return &Cluster{node: n}, nil
 }
 
 // localEndpoint is the server's address inside its node.
@@ -139,8 +140,6 @@ func WaitHealthy(ctx context.Context, n runtime.Node, timeout time.Duration) err
 // Cluster is a running MariaDB node.
 type Cluster struct {
 	node runtime.Node
-	ttl  time.Duration
-	opts map[string]string
 }
 
 var _ targets.Cluster = (*Cluster)(nil)
@@ -148,14 +147,9 @@ var _ targets.Cluster = (*Cluster)(nil)
 // Nodes implements targets.Cluster.
 func (c *Cluster) Nodes() []runtime.Node { return []runtime.Node{c.node} }
 
-// Recipe implements targets.Cluster.
-func (c *Cluster) Recipe() targets.RecipeConfig {
-	return targets.RecipeConfig{
-		Kind:      Name,
-		Endpoints: []string{net.JoinHostPort(c.node.Addr().String(), strconv.Itoa(Port))},
-		TTL:       targets.Duration(c.ttl),
-		Options:   c.opts,
-	}
+// Endpoints implements targets.Cluster.
+func (c *Cluster) Endpoints() []string {
+	return []string{net.JoinHostPort(c.node.Addr().String(), strconv.Itoa(Port))}
 }
 
 // Versions implements targets.Cluster: the server's version and its

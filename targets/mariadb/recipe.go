@@ -14,16 +14,23 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/splitbrain/splitbrain/targets"
+
+	"github.com/splitbrain/splitbrain/internal/option"
 )
 
 // ClientLibrary is the Go driver the recipe uses.
 const ClientLibrary = "github.com/go-sql-driver/mysql"
 
-// RecipeOptions are the recipe's options.
-var RecipeOptions = []targets.Option{
-	{Name: "timeout", Values: []string{"ttl", "none"},
-		Doc: "ttl: the holder's session ends when idle past the lease TTL (its wait_timeout, whole seconds), releasing the lock; none: the lock lasts until the server notices the client gone"},
-}
+// Timeout says whether an idle holder's session ends.
+var Timeout = option.Enum("timeout",
+	"ttl: the holder's session ends when idle past the lease TTL (its wait_timeout, whole seconds), releasing the lock; none: the lock lasts until the server notices the client gone",
+	TimeoutTTL, TimeoutNone)
+
+// Values of [Timeout].
+const TimeoutTTL, TimeoutNone = "ttl", "none"
+
+// RecipeOptions are the declarations of the recipe's options.
+func RecipeOptions() []option.Decl { return option.Decls(Timeout) }
 
 // Locker takes named locks for one client. Each grant has a connection (a
 // session) of its own, opened by Acquire and closed by Release: a named
@@ -44,15 +51,11 @@ func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, log *
 		return nil, errors.New("mariadb recipe: no endpoint")
 	}
 	l := &Locker{endpoint: cfg.Endpoints[0], client: client, log: log}
-	switch t := cfg.Options["timeout"]; t {
-	case "", "ttl":
+	if Timeout.Get(cfg.Options) == TimeoutTTL {
 		if cfg.TTL <= 0 {
 			return nil, errors.New("mariadb recipe: timeout=ttl needs a positive lease TTL (or set timeout=none)")
 		}
 		l.idle = time.Duration(cfg.TTL)
-	case "none":
-	default:
-		return nil, fmt.Errorf("mariadb recipe: timeout=%q: want ttl or none", t)
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/internal/pgserver"
 	"github.com/splitbrain/splitbrain/targets"
 )
@@ -35,13 +36,20 @@ var ServerProgram = targets.Program{
 	Flags: pgserver.Flags,
 }
 
-// recipeOptions are the options every advisory-lock recipe takes.
-var recipeOptions = []targets.Option{
-	{Name: "lock", Values: []string{"session", "xact", "try"},
-		Doc: "session: pg_advisory_lock, held by the connection; xact: pg_advisory_xact_lock in an open transaction; try: pg_try_advisory_lock polled"},
-	{Name: "timeout", Values: []string{"ttl", "none"},
-		Doc: "ttl: the holder's session ends when idle past the lease TTL (idle_session_timeout, or idle_in_transaction_session_timeout for xact), releasing the lock; none: the lock lasts until the server notices the client gone"},
-}
+// The options every advisory-lock recipe takes.
+var (
+	// LockMode says which advisory lock the recipe takes.
+	LockMode = option.Enum("lock",
+		"session: pg_advisory_lock, held by the connection; xact: pg_advisory_xact_lock in an open transaction; try: pg_try_advisory_lock polled",
+		ModeSession, ModeXact, ModeTry)
+	// Timeout says whether an idle holder's session ends.
+	Timeout = option.Enum("timeout",
+		"ttl: the holder's session ends when idle past the lease TTL (idle_session_timeout, or idle_in_transaction_session_timeout for xact), releasing the lock; none: the lock lasts until the server notices the client gone",
+		TimeoutTTL, TimeoutNone)
+)
+
+// Values of [Timeout].
+const TimeoutTTL, TimeoutNone = "ttl", "none"
 
 func init() {
 	targets.Register(targets.Backend{
@@ -54,7 +62,7 @@ func init() {
 		// The server notices a silent client within about 3 s.
 		KeepaliveWith: map[string]string{"tcp_keepalives_idle": "1", "tcp_keepalives_interval": "1", "tcp_keepalives_count": "2"},
 		Recipe:        Name,
-		Options:       ServerSettings,
+		Options:       ServerSettings(),
 		Probe: &targets.Probe{
 			Endpoint: net.JoinHostPort("127.0.0.1", strconv.Itoa(pgserver.Port)),
 			Run:      func(ctx context.Context, endpoint string) (any, error) { return pgserver.Probe(ctx, endpoint) },
@@ -68,7 +76,7 @@ func init() {
 		Version:  targets.ModuleVersion(ClientLibrary),
 		Fencing:  true, CheckedRelease: true, Session: true,
 		Title:   "advisory locks with jackc/pgx v5, token from a sequence (Go, in process)",
-		Options: recipeOptions,
+		Options: option.Decls(LockMode, Timeout),
 		New:     NewLocker,
 	})
 }

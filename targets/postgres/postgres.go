@@ -45,6 +45,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"regexp"
@@ -52,6 +53,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/internal/pgserver"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
@@ -67,34 +69,36 @@ type Target struct{}
 
 var _ targets.Target = Target{}
 
-// ServerSettings are the backend's options that are server settings, each
+// ServerSettings declares the backend's options that are server settings, each
 // passed to the postmaster as -c NAME=VALUE: how soon the server notices a
 // client that is gone.
-var ServerSettings = []targets.Option{
-	{Name: "tcp_keepalives_idle", Doc: "seconds of silence before the server's first keepalive probe (0: the kernel's, 7200 s on Linux)"},
-	{Name: "tcp_keepalives_interval", Doc: "seconds between unanswered keepalive probes (0: the kernel's, 75 s)"},
-	{Name: "tcp_keepalives_count", Doc: "unanswered probes before the server drops the connection (0: the kernel's, 9)"},
-	{Name: "tcp_user_timeout", Doc: "milliseconds transmitted data may stay unacknowledged before the connection is dropped (0: the kernel's)"},
-	{Name: "idle_session_timeout", Doc: "server-wide default for ending idle sessions, e.g. 5s (0: never); the recipe sets its own per session"},
+func ServerSettings() []option.Decl {
+	return option.Decls(
+		setting("tcp_keepalives_idle", "seconds of silence before the server's first keepalive probe (0: the kernel's, 7200 s on Linux)"),
+		setting("tcp_keepalives_interval", "seconds between unanswered keepalive probes (0: the kernel's, 75 s)"),
+		setting("tcp_keepalives_count", "unanswered probes before the server drops the connection (0: the kernel's, 9)"),
+		setting("tcp_user_timeout", "milliseconds transmitted data may stay unacknowledged before the connection is dropped (0: the kernel's)"),
+		setting("idle_session_timeout", "server-wide default for ending idle sessions, e.g. 5s (0: never); the recipe sets its own per session"),
+	)
 }
 
 var settingValue = regexp.MustCompile(`^[0-9]+(ms|s|min)?$`)
 
-// Settings picks the server settings out of a run's options and checks
-// their values.
-func Settings(opts map[string]string) (map[string]string, error) {
-	out := map[string]string{}
-	for _, o := range ServerSettings {
-		v, ok := opts[o.Name]
-		if !ok {
-			continue
-		}
+// setting declares a server setting: a number, with ms, s or min for a
+// duration (the server's default when not given).
+func setting(name, doc string) option.Of[string] {
+	return option.Text(name, doc, "", func(v string) error {
 		if !settingValue.MatchString(v) {
-			return nil, fmt.Errorf("postgres: %s=%q: want a number (with ms, s or min for a duration)", o.Name, v)
+			return errors.New("want a number (with ms, s or min for a duration)")
 		}
-		out[o.Name] = v
-	}
-	return out, nil
+		return nil
+	})
+}
+
+// Settings are the server settings a run gives, out of the backend's
+// settings opts (checked against [ServerSettings]).
+func Settings(opts option.Set) map[string]string {
+	return opts.Only(ServerSettings())
 }
 
 // Command is the node's main process with settings.
@@ -105,10 +109,7 @@ func Command(settings map[string]string) []string {
 // Start implements targets.Target: one node, n1, healthy when the probe
 // connects.
 func (Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
-	settings, err := Settings(opts.RecipeOptions)
-	if err != nil {
-		return nil, err
-	}
+	settings := Settings(opts.Settings)
 	if _, err := rt.Reserve("n1"); err != nil {
 		return nil, fmt.Errorf("reserve postgres address: %w", err)
 	}
@@ -122,7 +123,7 @@ func (Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Option
 	if err := WaitHealthy(ctx, n, 60*time.Second); err != nil {
 		return nil, err
 	}
-	return &Cluster{node: n, ttl: opts.TTL, opts: opts.RecipeOptions}, nil
+	return &Cluster{node: n}, nil
 }
 
 // Status runs the health probe inside n.
@@ -159,8 +160,6 @@ func Versions(ctx context.Context, n runtime.Node) map[string]string {
 // Cluster is a running PostgreSQL node.
 type Cluster struct {
 	node runtime.Node
-	ttl  time.Duration
-	opts map[string]string
 }
 
 var _ targets.Cluster = (*Cluster)(nil)
@@ -168,14 +167,9 @@ var _ targets.Cluster = (*Cluster)(nil)
 // Nodes implements targets.Cluster.
 func (c *Cluster) Nodes() []runtime.Node { return []runtime.Node{c.node} }
 
-// Recipe implements targets.Cluster.
-func (c *Cluster) Recipe() targets.RecipeConfig {
-	return targets.RecipeConfig{
-		Kind:      Name,
-		Endpoints: []string{net.JoinHostPort(c.node.Addr().String(), strconv.Itoa(pgserver.Port))},
-		TTL:       targets.Duration(c.ttl),
-		Options:   c.opts,
-	}
+// Endpoints implements targets.Cluster.
+func (c *Cluster) Endpoints() []string {
+	return []string{net.JoinHostPort(c.node.Addr().String(), strconv.Itoa(pgserver.Port))}
 }
 
 // Versions implements targets.Cluster.

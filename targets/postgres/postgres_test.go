@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/splitbrain/splitbrain/targets"
+
+	"github.com/splitbrain/splitbrain/internal/option"
 )
 
 func TestSettings(t *testing.T) {
@@ -25,7 +27,8 @@ func TestSettings(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Settings(tc.opts)
+			set, err := option.Parse(append(ServerSettings(), LockMode.Decl(), Timeout.Decl()), tc.opts, "option", "target postgres")
+			got := Settings(set)
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("err %v, want %q", err, tc.err)
@@ -79,11 +82,15 @@ func TestRecipeOptions(t *testing.T) {
 		opts map[string]string
 		err  string
 	}{
-		{map[string]string{"lock": "advisory"}, "want session, xact or try"},
-		{map[string]string{"timeout": "forever"}, "want ttl or none"},
+		{map[string]string{"lock": "advisory"}, "want one of session, xact, try"},
+		{map[string]string{"timeout": "forever"}, "want one of ttl, none"},
 	} {
 		cfg.Options = tc.opts
-		if _, err := NewLocker(context.Background(), cfg, "c1", nil); err == nil || !strings.Contains(err.Error(), tc.err) {
+		r, err := targets.LookupRecipe(Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Factory()(context.Background(), cfg, "c1", nil); err == nil || !strings.Contains(err.Error(), tc.err) {
 			t.Errorf("NewLocker(%v) = %v, want %q", tc.opts, err, tc.err)
 		}
 	}

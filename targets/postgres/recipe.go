@@ -51,23 +51,12 @@ func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, log *
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("postgres recipe: no endpoint")
 	}
-	l := &Locker{endpoint: cfg.Endpoints[0], client: client, mode: ModeSession, retry: 20 * time.Millisecond, log: log}
-	switch m := cfg.Options["lock"]; m {
-	case "", ModeSession:
-	case ModeXact, ModeTry:
-		l.mode = m
-	default:
-		return nil, fmt.Errorf("postgres recipe: lock=%q: want session, xact or try", m)
-	}
-	switch t := cfg.Options["timeout"]; t {
-	case "", "ttl":
+	l := &Locker{endpoint: cfg.Endpoints[0], client: client, mode: LockMode.Get(cfg.Options), retry: 20 * time.Millisecond, log: log}
+	if Timeout.Get(cfg.Options) == TimeoutTTL {
 		if cfg.TTL <= 0 {
 			return nil, errors.New("postgres recipe: timeout=ttl needs a positive lease TTL (or set timeout=none)")
 		}
 		l.idle = time.Duration(cfg.TTL)
-	case "none":
-	default:
-		return nil, fmt.Errorf("postgres recipe: timeout=%q: want ttl or none", t)
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)

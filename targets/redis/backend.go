@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/redis/node"
@@ -31,13 +32,13 @@ func init() {
 		// A killed Redis without persistence forgets its locks and its
 		// token counters (docs/redis-persistence.md).
 		DurableWith: map[string]string{"persistence": "aof-always"},
-		Options:     []targets.Option{node.PersistenceOption},
+		Options:     option.Decls(node.Persistence),
 	})
 	targets.RegisterRecipe(targets.Recipe{
 		Kind:     Name,
 		Backends: []string{Name},
 		Fencing:  true, CheckedRelease: true,
-		Options: setnx.Options,
+		Options: setnx.Options(),
 		New:     setnx.NewLocker,
 	})
 }

@@ -18,7 +18,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
@@ -42,7 +41,7 @@ var _ targets.Target = Target{}
 // Start implements targets.Target. Redis runs with the clock shim preloaded
 // and needs no extra capability to be skewed (opts.ExtraCaps is ignored).
 func (Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
-	cmd, err := node.Command(opts.RecipeOptions["persistence"])
+	cmd, err := node.Command(node.Persistence.Get(opts.Settings))
 	if err != nil {
 		return nil, err
 	}
@@ -59,24 +58,17 @@ func (Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Option
 	if err := node.WaitReady(ctx, n); err != nil {
 		return nil, err
 	}
-	return &cluster{node: n, ttl: opts.TTL, opts: opts.RecipeOptions}, nil
+	return &cluster{node: n}, nil
 }
 
 type cluster struct {
 	node runtime.Node
-	ttl  time.Duration
-	opts map[string]string
 }
 
 func (c *cluster) Nodes() []runtime.Node { return []runtime.Node{c.node} }
 
-func (c *cluster) Recipe() targets.RecipeConfig {
-	return targets.RecipeConfig{
-		Kind:      Name,
-		Endpoints: []string{net.JoinHostPort(c.node.Addr().String(), strconv.Itoa(Port))},
-		TTL:       targets.Duration(c.ttl),
-		Options:   c.opts,
-	}
+func (c *cluster) Endpoints() []string {
+	return []string{net.JoinHostPort(c.node.Addr().String(), strconv.Itoa(Port))}
 }
 
 func (c *cluster) Versions(ctx context.Context) map[string]string {

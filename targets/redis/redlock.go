@@ -19,8 +19,8 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"time"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/redis/node"
@@ -47,7 +47,7 @@ func init() {
 		// A killed master without persistence forgets its locks (the
 		// delayed-restart assumption of Redlock is then all that holds).
 		DurableWith: map[string]string{"persistence": "aof-always"},
-		Options:     []targets.Option{node.PersistenceOption},
+		Options:     option.Decls(node.Persistence),
 	})
 }
 
@@ -60,7 +60,7 @@ var _ targets.Target = RedlockTarget{}
 // waits until each answers PING. They run under the clock shim and need no
 // extra capability to be skewed (opts.ExtraCaps is ignored).
 func (RedlockTarget) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
-	cmd, err := node.Command(opts.RecipeOptions["persistence"])
+	cmd, err := node.Command(node.Persistence.Get(opts.Settings))
 	if err != nil {
 		return nil, err
 	}
@@ -90,25 +90,23 @@ func (RedlockTarget) Start(ctx context.Context, rt runtime.Runtime, opts targets
 			return nil, err
 		}
 	}
-	return &redlockCluster{nodes: nodes, ttl: opts.TTL, opts: opts.RecipeOptions}, nil
+	return &redlockCluster{nodes: nodes}, nil
 }
 
 type redlockCluster struct {
 	nodes []runtime.Node
-	ttl   time.Duration
-	opts  map[string]string
 }
 
 var _ targets.Cluster = (*redlockCluster)(nil)
 
 func (c *redlockCluster) Nodes() []runtime.Node { return c.nodes }
 
-func (c *redlockCluster) Recipe() targets.RecipeConfig {
+func (c *redlockCluster) Endpoints() []string {
 	eps := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
 		eps[i] = net.JoinHostPort(n.Addr().String(), strconv.Itoa(Port))
 	}
-	return targets.RecipeConfig{Kind: RedlockRecipe, Backend: RedlockName, Endpoints: eps, TTL: targets.Duration(c.ttl), Options: c.opts}
+	return eps
 }
 
 func (c *redlockCluster) Versions(ctx context.Context) map[string]string {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/internal/registry"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
@@ -35,17 +36,20 @@ type Kind struct {
 	// that role's Debian packages (the role is registered with them).
 	Role     string
 	Packages []string
-	// Options are the --store-opt settings it accepts.
-	Options []targets.Option
+	// Options are the --store-opt settings it accepts (option.Decls of
+	// its typed declarations, which Deploy and Dial read them through).
+	Options []option.Decl
 	// Programs are programs of the splitbrain binary its node runs as its
 	// main process.
 	Programs []targets.Program
 	// Deploy starts the store as node "store" from image and waits until
-	// it serves; it returns the node and the address clients dial.
-	Deploy func(ctx context.Context, rt runtime.Runtime, image string, opts map[string]string) (runtime.Node, string, error)
-	// Dial returns a client of the store at addr; each request is bounded
-	// by timeout.
-	Dial func(addr string, timeout time.Duration, opts map[string]string) (Counter, error)
+	// it serves, with the run's --store-opt settings (checked by
+	// [Kind.ParseOptions]); it returns the node and the address clients
+	// dial.
+	Deploy func(ctx context.Context, rt runtime.Runtime, image string, opts option.Set) (runtime.Node, string, error)
+	// Dial returns a client of the store at addr, with the run's settings;
+	// each request is bounded by timeout.
+	Dial func(addr string, timeout time.Duration, opts option.Set) (Counter, error)
 	// Versions, when set, reports the store's software versions.
 	Versions func(ctx context.Context, n runtime.Node) map[string]string
 }
@@ -86,16 +90,21 @@ func Names() []string { return kinds.Names() }
 // Kinds returns every registered kind, sorted by name.
 func Kinds() []Kind { return kinds.All() }
 
-// CheckOptions returns an error naming the first of opts the kind does not
-// accept (an unknown name, or a value not among the option's Values).
-func (k Kind) CheckOptions(opts map[string]string) error {
-	return targets.CheckOptionList(k.Options, opts, "--store-opt", "store "+k.Name)
+// ParseOptions checks raw, a run's --store-opt settings, against the
+// kind's declarations, once; the error names the first the kind does not
+// accept (an unknown name, or a value its declaration refuses).
+func (k Kind) ParseOptions(raw map[string]string) (option.Set, error) {
+	return option.Parse(k.Options, raw, "--store-opt", "store "+k.Name)
 }
 
-// Dial returns a client of the store of kind name at addr.
-func Dial(name, addr string, timeout time.Duration, opts map[string]string) (Counter, error) {
+// Dial returns a client of the store of kind name at addr, with opts (the
+// settings the harness checked, checked again as they arrive).
+func Dial(name, addr string, timeout time.Duration, opts option.Set) (Counter, error) {
 	k, err := Lookup(name)
 	if err != nil {
+		return nil, err
+	}
+	if opts, err = k.ParseOptions(opts); err != nil {
 		return nil, err
 	}
 	return k.Dial(addr, timeout, opts)
@@ -106,10 +115,10 @@ func init() {
 		Name:  Builtin,
 		Title: "splitbrain's own counter store (HTTP, in memory): token checked and recorded by the store",
 		Role:  Role,
-		Deploy: func(ctx context.Context, rt runtime.Runtime, image string, _ map[string]string) (runtime.Node, string, error) {
+		Deploy: func(ctx context.Context, rt runtime.Runtime, image string, _ option.Set) (runtime.Node, string, error) {
 			return Deploy(ctx, rt, image)
 		},
-		Dial: func(addr string, timeout time.Duration, _ map[string]string) (Counter, error) {
+		Dial: func(addr string, timeout time.Duration, _ option.Set) (Counter, error) {
 			return NewClient(addr, timeout), nil
 		},
 	})

@@ -1,11 +1,12 @@
 package store
 
 import (
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/internal/option"
 )
 
 func TestKinds(t *testing.T) {
@@ -15,7 +16,7 @@ func TestKinds(t *testing.T) {
 	if _, err := Lookup("mysql"); err == nil || !strings.Contains(err.Error(), "known: "+Builtin) {
 		t.Fatalf("unknown store: %v", err)
 	}
-	k := Kind{Name: "t", Options: []targets.Option{{Name: "check", Values: []string{"token", "version"}}}}
+	k := Kind{Name: "t", Options: option.Decls(option.Enum("check", "", "token", "version"))}
 	for _, tc := range []struct {
 		opts map[string]string
 		err  string
@@ -25,12 +26,15 @@ func TestKinds(t *testing.T) {
 		{map[string]string{"check": "row"}, "want one of token, version"},
 		{map[string]string{"mode": "x"}, "unknown --store-opt mode for store t (known: check)"},
 	} {
-		err := k.CheckOptions(tc.opts)
+		set, err := k.ParseOptions(tc.opts)
 		if (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
-			t.Errorf("CheckOptions(%v) = %v, want %q", tc.opts, err, tc.err)
+			t.Errorf("ParseOptions(%v) = %v, want %q", tc.opts, err, tc.err)
+		}
+		if err == nil && !maps.Equal(set, option.Set(tc.opts)) {
+			t.Errorf("ParseOptions(%v) = %v", tc.opts, set)
 		}
 	}
-	if err := (Kind{Name: "b"}).CheckOptions(map[string]string{"check": "token"}); err == nil || !strings.Contains(err.Error(), "takes none") {
+	if _, err := (Kind{Name: "b"}).ParseOptions(map[string]string{"check": "token"}); err == nil || !strings.Contains(err.Error(), "takes none") {
 		t.Errorf("a store without options took one: %v", err)
 	}
 	c, err := Dial(Builtin, "127.0.0.1:1", time.Second, nil)

@@ -194,7 +194,7 @@ func TestZooKeeperAdaptersConform(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eps := cl.Recipe().Endpoints
+	eps := cl.Endpoints()
 	for _, c := range []struct{ kind, adapter string }{
 		{zookeeper.CuratorKind, zookeeper.CuratorAdapter},
 		{zookeeper.KazooKind, zookeeper.KazooAdapter},

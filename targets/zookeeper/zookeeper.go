@@ -160,7 +160,7 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{nodes: nodes, ttl: opts.TTL, opts: opts.RecipeOptions}
+	c := &Cluster{nodes: nodes}
 	if err := c.WaitHealthy(ctx, 60*time.Second); err != nil {
 		return nil, err
 	}
@@ -170,10 +170,6 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 // Cluster is a running ZooKeeper ensemble.
 type Cluster struct {
 	nodes []runtime.Node
-	ttl   time.Duration
-	opts  map[string]string
-	// kind is the recipe its clients run (Name when empty).
-	kind string
 }
 
 var (
@@ -184,22 +180,13 @@ var (
 // Nodes implements targets.Cluster.
 func (c *Cluster) Nodes() []runtime.Node { return c.nodes }
 
-// Endpoints are the members' client addresses.
+// Endpoints implements targets.Cluster: the members' client addresses.
 func (c *Cluster) Endpoints() []string {
 	eps := make([]string, len(c.nodes))
 	for i, n := range c.nodes {
 		eps[i] = net.JoinHostPort(n.Addr().String(), strconv.Itoa(ClientPort))
 	}
 	return eps
-}
-
-// Recipe implements targets.Cluster.
-func (c *Cluster) Recipe() targets.RecipeConfig {
-	kind := c.kind
-	if kind == "" {
-		kind = Name
-	}
-	return targets.RecipeConfig{Kind: kind, Endpoints: c.Endpoints(), TTL: targets.Duration(c.ttl), Options: c.opts}
 }
 
 // Versions implements targets.Cluster: the release the members report,

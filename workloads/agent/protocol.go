@@ -19,6 +19,7 @@ package agent
 
 import (
 	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
@@ -63,8 +64,8 @@ type Config struct {
 	Store string `json:"store"`
 	// StoreKind is the kind of counter store (store.Lookup; "" is the
 	// built-in one), and StoreOptions its --store-opt settings.
-	StoreKind    string            `json:"store_kind,omitempty"`
-	StoreOptions map[string]string `json:"store_options,omitempty"`
+	StoreKind    string     `json:"store_kind,omitempty"`
+	StoreOptions option.Set `json:"store_options,omitempty"`
 	// StoreTimeout bounds each store request.
 	StoreTimeout targets.Duration `json:"store_timeout"`
 	// AcquireTimeout bounds waiting for a lock.

@@ -26,18 +26,19 @@ import (
 	"time"
 
 	"github.com/splitbrain/splitbrain/internal/clockskew"
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
-	"github.com/splitbrain/splitbrain/targets"
 )
 
 // Port is Redis's port.
 const Port = 6379
 
-// PersistenceOption is a Redis server's durability setting (the backends
-// that run Redis nodes take it).
-var PersistenceOption = targets.Option{Name: "persistence", Values: []string{"none", "aof-always", "aof-everysec"},
-	Doc: "none: a killed Redis forgets locks and token counters; aof-always: append-only file fsynced before every reply; aof-everysec: fsynced once a second"}
+// Persistence is a Redis server's durability setting (the backends that
+// run Redis nodes take it); [ServerArgs] reads its value.
+var Persistence = option.Enum("persistence",
+	"none: a killed Redis forgets locks and token counters; aof-always: append-only file fsynced before every reply; aof-everysec: fsynced once a second",
+	"none", "aof-always", "aof-everysec")
 
 // ClockShim is the LD_PRELOAD clock shim of Redis images: the C source
 // compiled on this machine with gcc ($CC) into the path the server's

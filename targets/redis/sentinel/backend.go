@@ -4,10 +4,13 @@ import (
 	"context"
 	"flag"
 	"log/slog"
+	"math"
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/redis/node"
@@ -24,13 +27,23 @@ var NodeRole = targets.Role{
 	Clock:     targets.Clock{Shim: true, Now: node.ServerTime},
 }
 
-// ServerOptions are the backend's own options: the servers' settings.
-var ServerOptions = []targets.Option{
-	node.PersistenceOption,
-	{Name: "min-replicas-to-write", Values: []string{"0", "1", "2"},
-		Doc: "replicas a primary needs (acknowledged within min-replicas-max-lag) to accept writes; 0: Redis's default, always accept"},
-	{Name: "min-replicas-max-lag", Doc: "seconds since a replica's last acknowledgement for it to count towards min-replicas-to-write (Redis's default: 10)"},
-	{Name: "down-after", Doc: "how long the Sentinels wait for the primary before they think it down and fail over, e.g. 2s (the default; Redis's own is 30s)"},
+// The backend's own options: the servers' settings ([NodeConfigs] reads
+// them; node.Persistence too).
+var (
+	MinReplicas = option.Int("min-replicas-to-write",
+		"replicas a primary needs (acknowledged within min-replicas-max-lag) to accept writes; 0: Redis's default, always accept",
+		0, 0, Replicas)
+	MaxLag = option.Int("min-replicas-max-lag",
+		"seconds since a replica's last acknowledgement for it to count towards min-replicas-to-write (Redis's default: 10)",
+		DefaultNodeConfig().MaxLag, 1, math.MaxInt)
+	DownAfter = option.Duration("down-after",
+		"how long the Sentinels wait for the primary before they think it down and fail over, e.g. 2s (the default; Redis's own is 30s)",
+		DefaultNodeConfig().DownAfter, 100*time.Millisecond, 0)
+)
+
+// ServerOptions are the declarations of the backend's own options.
+func ServerOptions() []option.Decl {
+	return option.Decls(node.Persistence, MinReplicas, MaxLag, DownAfter)
 }
 
 func init() {
@@ -47,7 +60,7 @@ func init() {
 		DurableWith:     map[string]string{"persistence": "aof-always"},
 		LosesOnFailover: true,
 		Recipe:          Name,
-		Options:         ServerOptions,
+		Options:         ServerOptions(),
 		Probe: &targets.Probe{
 			Endpoint: net.JoinHostPort("127.0.0.1", strconv.Itoa(node.Port)),
 			Run:      func(ctx context.Context, endpoint string) (any, error) { return Probe(ctx, endpoint) },

@@ -4,14 +4,13 @@ import (
 	"context"
 	_ "embed"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
-	"strconv"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/redis/redispy"
@@ -33,40 +32,28 @@ const GoRedis = "github.com/redis/go-redis/v9"
 // wait-timeout.
 const DefaultWaitTimeout = 200 * time.Millisecond
 
-// ReplicationOptions are the recipe's options about the replicas.
-var ReplicationOptions = []targets.Option{
-	{Name: "token", Values: []string{"server", "counter"},
-		Doc: "server: the token is the INCR counter times 2^24 plus 24 bits of the primary's run_id, unique to the primary that gave it; counter: the INCR counter alone, as on a single Redis (two primaries at once hand out equal tokens)"},
-	{Name: "wait", Values: []string{"0", "1", "2"},
-		Doc: "replicas that must acknowledge a grant (WAIT N after the grant, on the same connection); a grant fewer acknowledged is taken back and the attempt fails unavailable; 0: no WAIT"},
-	{Name: "wait-timeout", Doc: "how long WAIT waits for the replicas, e.g. 200ms (the default)"},
-}
+// The recipe's options about the replicas.
+var (
+	Token = option.Enum("token",
+		"server: the token is the INCR counter times 2^24 plus 24 bits of the primary's run_id, unique to the primary that gave it; counter: the INCR counter alone, as on a single Redis (two primaries at once hand out equal tokens)",
+		TokenServer, TokenCounter)
+	Wait = option.Int("wait",
+		"replicas that must acknowledge a grant (WAIT N after the grant, on the same connection); a grant fewer acknowledged is taken back and the attempt fails unavailable; 0: no WAIT",
+		0, 0, Replicas)
+	WaitTimeout = option.Duration("wait-timeout", "how long WAIT waits for the replicas, e.g. 200ms (the default)",
+		DefaultWaitTimeout, time.Millisecond, 5*time.Second)
+)
+
+// Values of [Token].
+const TokenServer, TokenCounter = "server", "counter"
+
+// ReplicationOptions are the declarations of the recipe's options about
+// the replicas.
+func ReplicationOptions() []option.Decl { return option.Decls(Token, Wait, WaitTimeout) }
 
 // ReplicationOf reads token, wait and wait-timeout from a run's options.
-func ReplicationOf(opts map[string]string) (setnx.Replicated, error) {
-	w := setnx.Replicated{WaitTimeout: DefaultWaitTimeout, ServerTokens: true}
-	switch v := opts["token"]; v {
-	case "", "server":
-	case "counter":
-		w.ServerTokens = false
-	default:
-		return w, fmt.Errorf("redis-sentinel recipe: token=%q: want server or counter", v)
-	}
-	if v, ok := opts["wait"]; ok {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 || n > Replicas {
-			return w, fmt.Errorf("redis-sentinel recipe: wait=%q: want 0..%d", v, Replicas)
-		}
-		w.Wait = n
-	}
-	if v, ok := opts["wait-timeout"]; ok {
-		d, err := time.ParseDuration(v)
-		if err != nil || d <= 0 || d > 5*time.Second {
-			return w, fmt.Errorf("redis-sentinel recipe: wait-timeout=%q: want a duration up to 5s (200ms)", v)
-		}
-		w.WaitTimeout = d
-	}
-	return w, nil
+func ReplicationOf(opts option.Set) setnx.Replicated {
+	return setnx.Replicated{ServerTokens: Token.Get(opts) == TokenServer, Wait: Wait.Get(opts), WaitTimeout: WaitTimeout.Get(opts)}
 }
 
 // FailoverClient is go-redis's Sentinel-aware client for the primary
@@ -96,10 +83,7 @@ func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, _ *sl
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("redis-sentinel recipe: no Sentinel address")
 	}
-	w, err := ReplicationOf(cfg.Options)
-	if err != nil {
-		return nil, err
-	}
+	w := ReplicationOf(cfg.Options)
 	rdb := FailoverClient(cfg.Endpoints, w.WaitTimeout+300*time.Millisecond)
 	l, err := setnx.NewLockerOn(rdb, cfg, client, w)
 	if err != nil {
@@ -147,7 +131,7 @@ func recipes() []targets.Recipe {
 			Title:   "SET NX PX + INCR token on the primary found through Sentinel (go-redis's failover client; wait=N adds WAIT)",
 			Library: GoRedis, Version: targets.ModuleVersion(GoRedis),
 			Fencing: true, CheckedRelease: true,
-			Options: append(append([]targets.Option{}, setnx.Options...), ReplicationOptions...),
+			Options: append(setnx.Options(), ReplicationOptions()...),
 			New:     NewLocker,
 		},
 		{

@@ -40,6 +40,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
@@ -83,8 +84,9 @@ type Target struct{}
 var _ targets.Target = Target{}
 
 // NodeConfigs returns the configuration of every node of a run with the
-// backend options opts, the nodes at addrs (the first the first primary).
-func NodeConfigs(addrs []string, opts map[string]string) ([]NodeConfig, error) {
+// backend's settings opts, the nodes at addrs (the first the first
+// primary).
+func NodeConfigs(addrs []string, opts option.Set) ([]NodeConfig, error) {
 	c := DefaultNodeConfig()
 	for _, s := range addrs {
 		a, err := netip.ParseAddr(s)
@@ -93,25 +95,8 @@ func NodeConfigs(addrs []string, opts map[string]string) ([]NodeConfig, error) {
 		}
 		c.Nodes = append(c.Nodes, a)
 	}
-	var err error
-	if v, ok := opts["persistence"]; ok {
-		c.Persistence = v
-	}
-	if v, ok := opts["min-replicas-to-write"]; ok {
-		if c.MinReplicas, err = strconv.Atoi(v); err != nil {
-			return nil, fmt.Errorf("redis-sentinel: min-replicas-to-write=%q: want 0..%d", v, Replicas)
-		}
-	}
-	if v, ok := opts["min-replicas-max-lag"]; ok {
-		if c.MaxLag, err = strconv.Atoi(v); err != nil {
-			return nil, fmt.Errorf("redis-sentinel: min-replicas-max-lag=%q: want seconds", v)
-		}
-	}
-	if v, ok := opts["down-after"]; ok {
-		if c.DownAfter, err = time.ParseDuration(v); err != nil {
-			return nil, fmt.Errorf("redis-sentinel: down-after=%q: want a duration (2s)", v)
-		}
-	}
+	c.Persistence = node.Persistence.Get(opts)
+	c.MinReplicas, c.MaxLag, c.DownAfter = MinReplicas.Get(opts), MaxLag.Get(opts), DownAfter.Get(opts)
 	if err := c.Validate(); err != nil {
 		return nil, fmt.Errorf("redis-sentinel: %w", err)
 	}
@@ -136,7 +121,7 @@ func (Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Option
 	for i, n := range names {
 		addrs[i] = peers[n]
 	}
-	cfgs, err := NodeConfigs(addrs, opts.RecipeOptions)
+	cfgs, err := NodeConfigs(addrs, opts.Settings)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +140,7 @@ func (Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Option
 	if err != nil {
 		return nil, err
 	}
-	c := &Cluster{nodes: nodes, ttl: opts.TTL, opts: opts.RecipeOptions}
+	c := &Cluster{nodes: nodes}
 	if err := c.WaitHealthy(ctx, 90*time.Second); err != nil {
 		return nil, err
 	}
@@ -165,8 +150,6 @@ func (Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Option
 // Cluster is a running primary, its replicas and the Sentinels.
 type Cluster struct {
 	nodes []runtime.Node
-	ttl   time.Duration
-	opts  map[string]string
 }
 
 var (
@@ -186,11 +169,9 @@ func (c *Cluster) SentinelAddrs() []string {
 	return out
 }
 
-// Recipe implements targets.Cluster: the clients are given the Sentinels,
-// never the primary.
-func (c *Cluster) Recipe() targets.RecipeConfig {
-	return targets.RecipeConfig{Kind: Name, Backend: Name, Endpoints: c.SentinelAddrs(), TTL: targets.Duration(c.ttl), Options: c.opts}
-}
+// Endpoints implements targets.Cluster: the clients are given the
+// Sentinels, never the primary.
+func (c *Cluster) Endpoints() []string { return c.SentinelAddrs() }
 
 // statuses probes every node at once.
 func (c *Cluster) statuses(ctx context.Context) ([]Status, []error) {

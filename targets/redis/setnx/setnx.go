@@ -28,16 +28,29 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
-// Options are the recipe's options.
-var Options = []targets.Option{
-	{Name: "expiry", Values: []string{"ttl", "client", "none"},
-		Doc: "ttl: the server expires the lock (PX); client: expiry judged by the clients' own wall clocks; none: no expiry (a killed holder deadlocks everyone)"},
-	{Name: "release", Values: []string{"checked", "unchecked"},
-		Doc: "unchecked: DEL without the owner check (deletes others' locks)"},
-}
+// The recipe's options.
+var (
+	// Expiry says who expires a lock.
+	Expiry = option.Enum("expiry",
+		"ttl: the server expires the lock (PX); client: expiry judged by the clients' own wall clocks; none: no expiry (a killed holder deadlocks everyone)",
+		ExpiryTTL, ExpiryClient, ExpiryNone)
+	// Release says whether a release checks the owner.
+	Release = option.Enum("release", "unchecked: DEL without the owner check (deletes others' locks)",
+		ReleaseChecked, ReleaseUnchecked)
+)
+
+// Values of [Expiry] and [Release].
+const (
+	ExpiryTTL, ExpiryClient, ExpiryNone = "ttl", "client", "none"
+	ReleaseChecked, ReleaseUnchecked    = "checked", "unchecked"
+)
+
+// Options are the declarations of the recipe's options.
+func Options() []option.Decl { return option.Decls(Expiry, Release) }
 
 // acquireScript grants the lock and issues its token atomically: a token
 // taken in a separate command after SET could be issued after the lease had
@@ -147,23 +160,19 @@ func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, _ *sl
 // options (expiry, release) and wait after every grant. The Locker closes
 // rdb.
 func NewLockerOn(rdb *goredis.Client, cfg targets.RecipeConfig, client string, rep Replicated) (*Locker, error) {
-	ttl := time.Duration(cfg.TTL)
-	switch cfg.Options["expiry"] {
-	case "", "ttl", "client":
-	case "none":
+	ttl, expiry := time.Duration(cfg.TTL), Expiry.Get(cfg.Options)
+	if expiry == ExpiryNone {
 		ttl = 0
-	default:
-		return nil, fmt.Errorf("redis recipe: expiry=%q: want ttl, client or none", cfg.Options["expiry"])
 	}
-	if ttl == 0 && cfg.Options["expiry"] != "none" {
+	if ttl == 0 && expiry != ExpiryNone {
 		return nil, errors.New("redis recipe: ttl must be positive (or set expiry=none)")
 	}
 	if rep.Wait < 0 || rep.Wait > 0 && rep.WaitTimeout <= 0 {
 		return nil, fmt.Errorf("redis recipe: wait for %d replicas within %v: want a positive number and timeout", rep.Wait, rep.WaitTimeout)
 	}
 	return &Locker{
-		rdb: rdb, client: client, ttl: ttl, unchecked: cfg.Options["release"] == "unchecked",
-		clientExpiry: cfg.Options["expiry"] == "client", rep: rep, now: time.Now, retry: 20 * time.Millisecond,
+		rdb: rdb, client: client, ttl: ttl, unchecked: Release.Get(cfg.Options) == ReleaseUnchecked,
+		clientExpiry: expiry == ExpiryClient, rep: rep, now: time.Now, retry: 20 * time.Millisecond,
 	}, nil
 }
 

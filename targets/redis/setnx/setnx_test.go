@@ -235,7 +235,10 @@ func TestRecipeOptions(t *testing.T) {
 		{map[string]string{"expiry": "client"}, 0, false},
 		{nil, 0, false},
 	} {
-		_, err := setnx.NewLocker(context.Background(), targets.RecipeConfig{Endpoints: []string{"127.0.0.1:1"}, TTL: targets.Duration(tt.ttl), Options: tt.opts}, "c", nil)
+		// Through the registered factory, which checks the options
+		// against the recipe's declarations before NewLocker reads them.
+		newLocker := targets.Recipe{Kind: "redis", Backends: []string{"redis"}, Options: setnx.Options(), New: setnx.NewLocker}.Factory()
+		_, err := newLocker(context.Background(), targets.RecipeConfig{Endpoints: []string{"127.0.0.1:1"}, TTL: targets.Duration(tt.ttl), Options: tt.opts}, "c", nil)
 		if (err == nil) != tt.ok {
 			t.Errorf("options %v ttl %v: err %v", tt.opts, tt.ttl, err)
 		}

@@ -39,6 +39,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/internal/pgserver"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
@@ -76,20 +77,22 @@ var ServerProgram = targets.Program{
 	Flags: pgserver.Flags,
 }
 
+// CheckOption (--store-opt check=...) says what a write is conditional on.
+var CheckOption = option.Enum("check",
+	"token: fenced writes are one conditional UPDATE on the token, unfenced ones plain; version: every write is conditional on the row version its critical section read (for clients with no token)",
+	CheckToken, CheckVersion)
+
 func init() {
 	store.Register(store.Kind{
 		Name:     Name,
 		Title:    "the counter as a row of PostgreSQL 15: conditional UPDATE on the token, or on the version read",
 		Role:     Role,
 		Packages: pgserver.Packages,
-		Options: []targets.Option{
-			{Name: "check", Values: []string{CheckToken, CheckVersion},
-				Doc: "token: fenced writes are one conditional UPDATE on the token, unfenced ones plain; version: every write is conditional on the row version its critical section read (for clients with no token)"},
-		},
+		Options:  option.Decls(CheckOption),
 		Programs: []targets.Program{ServerProgram},
 		Deploy:   Deploy,
-		Dial: func(addr string, timeout time.Duration, opts map[string]string) (store.Counter, error) {
-			return NewClient(addr, timeout, opts)
+		Dial: func(addr string, timeout time.Duration, opts option.Set) (store.Counter, error) {
+			return NewClient(addr, timeout, CheckOption.Get(opts)), nil
 		},
 		Versions: Versions,
 	})
@@ -98,7 +101,7 @@ func init() {
 // Deploy starts PostgreSQL as node "store" from image, waits until it
 // answers and creates the counter table (with psql inside the node, over
 // the exec channel partitions do not cut).
-func Deploy(ctx context.Context, rt runtime.Runtime, image string, _ map[string]string) (runtime.Node, string, error) {
+func Deploy(ctx context.Context, rt runtime.Runtime, image string, _ option.Set) (runtime.Node, string, error) {
 	n, err := rt.Start(ctx, runtime.NodeSpec{
 		Name: store.Role, Role: store.Role, Image: image,
 		Cmd:  pgserver.Command(images.Self.Dest, ServerProgram.Name, nil),
@@ -152,19 +155,11 @@ type Client struct {
 
 var _ store.Counter = (*Client)(nil)
 
-// NewClient returns a client of the store at addr; opts are the store's
-// options (check).
-func NewClient(addr string, timeout time.Duration, opts map[string]string) (*Client, error) {
-	c := &Client{connString: pgserver.ConnString(addr, "splitbrain-store"), timeout: timeout, check: CheckToken,
+// NewClient returns a client of the store at addr whose writes are
+// conditional as check ([CheckOption]'s value) says.
+func NewClient(addr string, timeout time.Duration, check string) *Client {
+	return &Client{connString: pgserver.ConnString(addr, "splitbrain-store"), timeout: timeout, check: check,
 		rows: map[string]bool{}, versions: map[string]int64{}}
-	switch v := opts["check"]; v {
-	case "", CheckToken:
-	case CheckVersion:
-		c.check = v
-	default:
-		return nil, fmt.Errorf("postgres store: check=%q: want token or version", v)
-	}
-	return c, nil
 }
 
 // Close closes the connection.
