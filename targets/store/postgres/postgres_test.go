@@ -10,20 +10,27 @@ import (
 	"time"
 
 	_ "github.com/splitbrain/splitbrain/catalog" // every role, as the images are built
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/internal/testenv"
 	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/targets/store/postgres"
 )
 
+// TestNewClientOptions: --store-opt check is checked against its
+// declaration where the agents dial (store.Dial), and the client writes
+// as it says.
 func TestNewClientOptions(t *testing.T) {
-	for _, check := range []string{"", postgres.CheckToken, postgres.CheckVersion} {
-		if _, err := postgres.NewClient("127.0.0.1:5432", time.Second, map[string]string{"check": check}); err != nil {
-			t.Errorf("check=%q: %v", check, err)
+	for _, opts := range []option.Set{nil, {"check": postgres.CheckToken}, {"check": postgres.CheckVersion}} {
+		c, err := store.Dial(postgres.Name, "127.0.0.1:5432", time.Second, opts)
+		if err != nil {
+			t.Errorf("%v: %v", opts, err)
+			continue
 		}
+		c.(*postgres.Client).Close()
 	}
-	_, err := postgres.NewClient("127.0.0.1:5432", time.Second, map[string]string{"check": "tokens"})
-	if err == nil || !strings.Contains(err.Error(), "want token or version") {
+	_, err := store.Dial(postgres.Name, "127.0.0.1:5432", time.Second, option.Set{"check": "tokens"})
+	if err == nil || !strings.Contains(err.Error(), `--store-opt check="tokens" for store postgres: want one of token, version`) {
 		t.Fatalf("check=tokens: %v", err)
 	}
 	k, err := store.Lookup(postgres.Name)
@@ -34,10 +41,7 @@ func TestNewClientOptions(t *testing.T) {
 
 // TestUnreachable: nothing listens, so nothing was applied.
 func TestUnreachable(t *testing.T) {
-	c, err := postgres.NewClient("127.0.0.1:1", time.Second, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := postgres.NewClient("127.0.0.1:1", time.Second, postgres.CheckToken)
 	defer c.Close()
 	if _, err := c.Write(context.Background(), "k", 1, 1, false, 0); !errors.Is(err, store.ErrUnreachable) {
 		t.Fatalf("write to a closed port: %v, want store.ErrUnreachable", err)
@@ -64,10 +68,7 @@ func TestStore(t *testing.T) {
 		t.Fatalf("version %q", v)
 	}
 	dial := func(check string) *postgres.Client {
-		c, err := postgres.NewClient(addr, 5*time.Second, map[string]string{"check": check})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := postgres.NewClient(addr, 5*time.Second, check)
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
