@@ -23,13 +23,17 @@ func libraryRun(target, client, workload string, extra ...string) []string {
 // tokens is refused the fenced workload in one line.
 func TestLibraryVerdicts(t *testing.T) {
 	cli := testenv.Docker(t)
-	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis", "etcd", "client-redis-py", "client-etcd-v3.7")
+	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis", "etcd", "redis-sentinel", "mariadb",
+		"client-redis-py", "client-etcd-v3.7", "client-redis-py-sentinel", "client-mariadb-pymysql")
 	for _, tc := range []struct{ target, client, library string }{
 		{"redis", "redsync", "github.com/go-redsync/redsync/v4"},
 		{"redlock", "redsync", "github.com/go-redsync/redsync/v4"},
 		{"redis", "redislock", "github.com/bsm/redislock"},
 		{"redis", "redis-py", "redis-py"},
 		{"etcd", "etcd-v3.7", "go.etcd.io/etcd/client/v3/concurrency"},
+		{"redis-sentinel", "redsync-sentinel", "github.com/go-redsync/redsync/v4"},
+		{"redis-sentinel", "redis-py-sentinel", "redis-py"},
+		{"mariadb", "mariadb-pymysql", "PyMySQL"},
 	} {
 		t.Run(tc.target+"/"+tc.client+"/unfenced", func(t *testing.T) {
 			code, res, _ := e2eRun(t, libraryRun(tc.target, tc.client, "unfenced-counter")...)
