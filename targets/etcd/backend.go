@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
 )
@@ -52,9 +53,7 @@ func init() {
 		Library:  ClientLibrary + "/concurrency",
 		Version:  targets.ModuleVersion(ClientLibrary),
 		Fencing:  true, CheckedRelease: true, Renews: true,
-		Options: []targets.Option{
-			{Name: "endpoints", Values: []string{"pinned", "all"}, Doc: "pinned: client cN talks to member N only; all: to every member"},
-		},
-		New: NewLocker,
+		Options: option.Decls(EndpointsOption),
+		New:     NewLocker,
 	})
 }

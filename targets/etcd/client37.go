@@ -1,8 +1,10 @@
 package etcd
 
 import (
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
+	"time"
 )
 
 // Client37 is the recipe kind of the etcd v3.7 client's Mutex.
@@ -31,12 +33,12 @@ func init() {
 		// session's lease is kept alive by the library; Unlock deletes
 		// the key named by the session's lease, never another session's.
 		Fencing: true, CheckedRelease: true, Renews: true,
-		Options: []targets.Option{
-			{Name: "endpoints", Values: []string{"pinned", "all"}, Doc: "pinned: client cN talks to member N only; all: to every member"},
-			{Name: "unlock", Values: []string{"once", "retry"}, Doc: "retry: a failed Unlock is retried in the background with the same Mutex (etcd issue 22082)"},
-			{Name: "unlock-timeout", Doc: "the application's own timeout on Unlock, a duration (default: the release's deadline)"},
-			{Name: "unlock-retry-delay", Doc: "the wait before each retried Unlock, a duration (default 300ms)"},
-		},
+		// The adapter reads them itself (another module, another
+		// process); they are checked here before any container starts.
+		Options: option.Decls(EndpointsOption,
+			option.Enum("unlock", "retry: a failed Unlock is retried in the background with the same Mutex (etcd issue 22082)", "once", "retry"),
+			option.Duration("unlock-timeout", "the application's own timeout on Unlock, a duration (default: the release's deadline)", 0, 0, 0).Described("the release's deadline"),
+			option.Duration("unlock-retry-delay", "the wait before each retried Unlock, a duration (default 300ms)", 300*time.Millisecond, 0, 0)),
 		Files:   []images.File{images.GoBinary("etcd-v3.7-lock", Client37Dir, ".", Client37Binary)},
 		Adapter: "exec " + Client37Binary,
 	})

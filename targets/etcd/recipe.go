@@ -17,6 +17,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/splitbrain/splitbrain/targets"
+
+	"github.com/splitbrain/splitbrain/internal/option"
 )
 
 // lockPrefix is where the recipe's mutexes live.
@@ -59,12 +61,16 @@ func ClientEndpoints(endpoints []string, client, mode string) ([]string, error) 
 	}
 }
 
+// EndpointsOption says which members a client talks to (the recipe's and
+// client37's option).
+var EndpointsOption = option.Enum("endpoints", "pinned: client cN talks to member N only; all: to every member", "pinned", "all")
+
 // NewLocker is the recipe's targets.LockerFactory.
 func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, log *slog.Logger) (targets.Locker, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("etcd recipe: no endpoints")
 	}
-	eps, err := ClientEndpoints(cfg.Endpoints, client, cfg.Options["endpoints"])
+	eps, err := ClientEndpoints(cfg.Endpoints, client, EndpointsOption.Get(cfg.Options))
 	if err != nil {
 		return nil, fmt.Errorf("etcd recipe: %w", err)
 	}
