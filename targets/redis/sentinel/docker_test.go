@@ -62,8 +62,7 @@ func TestFailover(t *testing.T) {
 
 	locker := func(opts map[string]string) targets.Locker {
 		t.Helper()
-		cfg := c.Recipe()
-		cfg.Options = opts
+		cfg := targets.RecipeConfig{Kind: sentinel.Name, Backend: sentinel.Name, Endpoints: c.Endpoints(), TTL: targets.Duration(2 * time.Second), Options: opts}
 		l, err := sentinel.NewLocker(ctx, cfg, t.Name(), nil)
 		if err != nil {
 			t.Fatal(err)
