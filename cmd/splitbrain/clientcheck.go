@@ -186,5 +186,11 @@ func checkService(backend string, endpoints []string) (external.Service, func(),
 			}
 			return nil
 		},
+		Advance: func(_ context.Context, d time.Duration) error {
+			for _, m := range servers {
+				m.FastForward(d)
+			}
+			return nil
+		},
 	}, stop, nil
 }

@@ -57,7 +57,8 @@ func check(t *testing.T, src string, edits ...string) *external.Report {
 	}
 	m := miniredis.RunT(t)
 	svc := external.Service{Backend: "redis", Endpoints: []string{m.Addr()}, Describe: "miniredis",
-		Expire: func(context.Context, time.Duration) error { m.FastForward(3 * time.Second); return nil }}
+		Expire:  func(context.Context, time.Duration) error { m.FastForward(3 * time.Second); return nil },
+		Advance: func(_ context.Context, d time.Duration) error { m.FastForward(d); return nil }}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	rep := external.Check(ctx, svc, external.CheckOptions{Command: py + " " + path, TTL: 2 * time.Second})
@@ -105,6 +106,13 @@ func TestCheckNamesMistakes(t *testing.T) {
 			[]string{"            lock.release()\n", "            self.redis.delete(lock.name)\n"}},
 		{"a token promised and not given", "acquire", `no "token"`,
 			[]string{`"offers": {"token": False`, `"offers": {"token": True`}},
+		{"busy at once", "busy", "keep trying until the deadline",
+			[]string{"if lock.acquire(blocking=True, blocking_timeout=left):", "if lock.acquire(blocking=False):"}},
+		// Item 1's etcd-like bug in Redis terms: the lease counted from
+		// the start of the wait, so a grant after a long wait comes with
+		// what is left of the TTL.
+		{"lease counted from the start of the wait", "long-wait", "count the lease from the grant",
+			[]string{"                    self.leases += 1\n", "                    self.redis.pexpire(lock.name, max(1, int(req.get('ttl_ms', 2000) - (time.monotonic() - deadline + req['deadline_ms'] / 1000) * 1000)))\n                    self.leases += 1\n"}},
 		{"unknown options ignored", "options", "accepted the unknown option",
 			[]string{"        if options:\n", "        if False:\n"}},
 		{"no answer to an unknown request", "unsupported", "did not answer",
