@@ -140,3 +140,28 @@ func TestSpecsJSON(t *testing.T) {
 		t.Fatalf("Get: %v", got)
 	}
 }
+
+// TestSpecsSet: settings by flag name, parsed by the flag; an unknown
+// fault, an unknown flag and a refused value are errors naming them.
+func TestSpecsSet(t *testing.T) {
+	s := DefaultSpecs()
+	if err := s.Set("pause", map[string]string{"pause-targets": "holder=3,node=1"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := SpecOf[*PauseSpec](s).Targets; got["holder"] != 3 || got["node"] != 1 || len(got) != 2 {
+		t.Fatalf("pause targets %v", got)
+	}
+	for _, tc := range []struct {
+		fault string
+		flags map[string]string
+		want  string
+	}{
+		{"nope", nil, `fault "nope" is not registered`},
+		{"pause", map[string]string{"pause-colour": "red"}, "fault pause has no setting --pause-colour"},
+		{"pause", map[string]string{"pause-targets": "holder=x"}, "--pause-targets=holder=x"},
+	} {
+		if err := s.Set(tc.fault, tc.flags); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("Set(%s, %v): %v, want %q", tc.fault, tc.flags, err, tc.want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 
@@ -139,6 +140,36 @@ func (s *Specs) UnmarshalJSON(b []byte) error {
 		out[name] = sp
 	}
 	*s = out
+	return nil
+}
+
+// Set changes the settings of the fault called name as its command-line
+// flags would: each key a flag the fault's spec registers (without "--"),
+// each value parsed once by that flag, in the order of the keys. A preset
+// that does not import the fault's package (a scenario) sets its settings
+// this way. The error names the fault and the flag; s keeps what was set
+// before it.
+func (s Specs) Set(name string, flags map[string]string) error {
+	sp := s.Get(name)
+	if sp == nil {
+		return fmt.Errorf("fault %q is not registered (known: %s)", name, strings.Join(Names(), ", "))
+	}
+	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+	sp.Flags(fs)
+	keys := make([]string, 0, len(flags))
+	for k := range flags {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		if fs.Lookup(k) == nil {
+			return fmt.Errorf("fault %s has no setting --%s", name, k)
+		}
+		if err := fs.Set(k, flags[k]); err != nil {
+			return fmt.Errorf("fault %s: --%s=%s: %w", name, k, flags[k], err)
+		}
+	}
+	s[name] = sp
 	return nil
 }
 

@@ -18,8 +18,6 @@ import (
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/nemesis"
-	"github.com/splitbrain/splitbrain/nemesis/clock"
-	"github.com/splitbrain/splitbrain/nemesis/packet"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
@@ -223,6 +221,23 @@ var (
 // lets the lease expire under it.
 var Renewing = ClientNeed("a client that renews its lease", func(_ targets.Backend, r targets.Recipe) bool { return r.Renews })
 
+// Faults the catalogue configures beyond their defaults, named as the
+// registry knows them: a scenario does not import a fault's package
+// (internal/layers: only catalog imports plug-ins).
+const (
+	faultClock  = "clock"
+	faultPacket = "packet"
+)
+
+// setFault sets the fault's settings as its flags would
+// ([nemesis.Specs.Set]). The catalogue's settings are constants that every
+// test of the catalogue applies, so a mistake in them panics there.
+func setFault(c *harness.Config, fault string, flags map[string]string) {
+	if err := c.Faults.Set(fault, flags); err != nil {
+		panic("scenario: " + err.Error())
+	}
+}
+
 // slowLockLink sets c's packet fault: what a lock holder sends to the lock
 // service delayed by a TTL (± a quarter), from some moment of its critical
 // section on, while the other clients' links stay fast. The renewal sent
@@ -232,10 +247,10 @@ var Renewing = ClientNeed("a client that renews its lease", func(_ targets.Backe
 // which resends its keep-alive every 500 ms until answered: a constant
 // delay then only shifts the renewals; only the gap when it sets in counts.)
 func slowLockLink(c *harness.Config) {
-	c.Nemesis, c.Keys, c.Concurrency = packet.Name, 1, 3
-	p := nemesis.SpecOf[*packet.Spec](c.Faults)
-	p.Effects, p.Links, p.Direction, p.Clients = nemesis.List{packet.Latency}, nemesis.List{packet.LinkLock}, packet.To, packet.Holder
-	p.Latency, p.Jitter = c.LeaseTTL, c.LeaseTTL/4
+	c.Nemesis, c.Keys, c.Concurrency = faultPacket, 1, 3
+	setFault(c, faultPacket, map[string]string{"packet-effects": "latency", "packet-links": nemesis.LinkLock,
+		"packet-direction": "to", "packet-clients": "holder",
+		"packet-latency": c.LeaseTTL.String(), "packet-jitter": (c.LeaseTTL / 4).String()})
 	c.Work, c.NemesisInterval, c.AcquireTimeout = 4*time.Second, time.Second, 10*time.Second
 	c.FaultMin, c.FaultMax = 5*time.Second, 6*time.Second
 }
@@ -455,10 +470,9 @@ func Catalogue() []Scenario {
 			Name: "client-clock-expiry", AntiPattern: 3, Needs: []Need{RecipeOption("expiry", "client")},
 			Title: "expiry judged by the holder's own wall clock breaks when a client's clock jumps",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys = "unfenced-counter", "clock", 1
+				c.Workload, c.Nemesis, c.Keys = "unfenced-counter", faultClock, 1
 				c.RecipeOptions = map[string]string{"expiry": "client"}
-				cs := nemesis.SpecOf[*clock.Spec](c.Faults)
-				cs.Targets, cs.Modes, cs.Direction = nemesis.Weights{nemesis.GroupClient: 1}, nemesis.List{clock.ModeBump}, clock.DirForward
+				setFault(c, faultClock, map[string]string{"clock-targets": nemesis.GroupClient, "clock-modes": "bump", "clock-direction": "forward"})
 			},
 			// A live lock given away breaks mutual exclusion: the lock's
 			// verdict is invalid whatever the data shows.
@@ -540,14 +554,13 @@ func Catalogue() []Scenario {
 				// A jump takes about a second to inject and verify under
 				// load: a 25 s hold sees a dozen or more, landing on three
 				// of the five masters or more.
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "clock", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", faultClock, 1, 3
 				c.LeaseTTL, c.Work, c.AcquireTimeout = 30*time.Second, 25*time.Second, 30*time.Second
 				// The harness waits out a whole wait and hold, so that the
 				// second holder's operation is seen whole (not timed out).
 				c.OpTimeout = 70 * time.Second
-				cs := nemesis.SpecOf[*clock.Spec](c.Faults)
-				cs.Targets, cs.Modes, cs.Direction = nemesis.Weights{nemesis.GroupNode: 1}, nemesis.List{clock.ModeBump}, clock.DirForward
-				cs.Min, cs.Max = 31*time.Second, 32*time.Second
+				setFault(c, faultClock, map[string]string{"clock-targets": nemesis.GroupNode, "clock-modes": "bump", "clock-direction": "forward",
+					"clock-min": "31s", "clock-max": "32s"})
 				c.FaultMin, c.FaultMax, c.NemesisInterval = 150*time.Millisecond, 250*time.Millisecond, 200*time.Millisecond
 			},
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinOverlaps: 1},
@@ -649,10 +662,9 @@ func Catalogue() []Scenario {
 			Name: "slow-store-late-write", AntiPattern: 0, Needs: []Need{FixedTTL, Fencing},
 			Title: "a slow link from the holder to the store (¾ TTL on each request it sends, half a TTL of work): its write lands after its lease expired, behind the next holder's read: fencing refuses the late write",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", packet.Name, 1, 3
-				p := nemesis.SpecOf[*packet.Spec](c.Faults)
-				p.Effects, p.Links, p.Direction, p.Clients = nemesis.List{packet.Latency}, nemesis.List{packet.LinkStore}, packet.To, packet.Holder
-				p.Latency = c.LeaseTTL * 3 / 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", faultPacket, 1, 3
+				setFault(c, faultPacket, map[string]string{"packet-effects": "latency", "packet-links": nemesis.LinkStore,
+					"packet-direction": "to", "packet-clients": "holder", "packet-latency": (c.LeaseTTL * 3 / 4).String()})
 				// The fault lands just after a grant, when the holder's
 				// read is often already sent: its write alone is slow.
 				// Half a TTL of work puts that write past the lease

@@ -88,31 +88,40 @@ func TestRule(t *testing.T) {
 		from, to string
 		ok       bool
 	}{
-		{"targets/redis", "runtime", true},                   // a lower layer
-		{"harness", "targets/redis", true},                   // any lower layer
-		{"targets/redis", "targets", true},                   // its registry
-		{"runtime/docker", "runtime", true},                  // its interface
-		{"nemesis/clock", "nemesis", true},                   // its registry
-		{"targets/lockd", "targets/lockd/server", true},      // its own part
-		{"targets/lockd/client", "targets/lockd/wire", true}, // same component
-		{"workloads", "workloads/agent", true},               // its own child
-		{"cmd/splitbrain", "scenario", true},                 // top imports presentation
-		{"runtime/ssh", "nemesis", false},                    // a higher layer
-		{"report", "harness/harnesstest", false},             // test-only
-		{"targets/redis", "nemesis/clock", false},            // sideways in layer 1
-		{"targets/redis", "targets/store", false},            // another component
-		{"targets", "targets/redis", false},                  // a registry naming a plug-in
-		{"targets/lockd/server", "targets/lockd", false},     // a parent that is no registry
-		{"workloads/agent", "workloads", false},              // idem
-		{"report", "scenario", true},                         // presentation reads matrices
-		{"scenario", "report", false},                        // a higher layer
-		{"internal/clockskew", "internal/testenv", false},    // test-only
-		{"internal/clockskew", "internal/layers", false},     // two internal components
-		{"checkers/synth", "workloads", false},               // different top folders
-		{"history", "checkers", false},                       // up three layers
-		{"bench", "cmd/splitbrain", false},                   // sideways at the top
-		{"harness", "harness/harnesstest", false},            // test-only
-		{"nemesis/clock/shimtest", "nemesis/clock", false},   // a parent that is no registry
+		{"targets/redis", "runtime", true},                      // a lower layer
+		{"harness", "targets", true},                            // any lower layer
+		{"harness", "targets/redis", false},                     // a plug-in, outside catalog
+		{"scenario", "nemesis/clock", false},                    // idem
+		{"cmd/splitbrain", "targets/etcd", false},               // idem
+		{"catalog", "targets/redis", true},                      // the catalogue imports plug-ins
+		{"catalog", "nemesis/packet", true},                     // idem
+		{"targets/zookeeper", "targets/external", true},         // the client protocol, below the plug-ins
+		{"harness", "targets/external", true},                   // idem
+		{"targets/redis/sentinel", "targets/redis/setnx", true}, // a plug-in inside its own component
+		{"targets/redis", "targets", true},                      // its registry
+		{"runtime/docker", "runtime", true},                     // its interface
+		{"nemesis/clock", "nemesis", true},                      // its registry
+		{"targets/lockd", "targets/lockd/server", true},         // its own part
+		{"targets/lockd/client", "targets/lockd/wire", true},    // same component
+		{"workloads", "workloads/agent", true},                  // its own child
+		{"cmd/splitbrain", "scenario", true},                    // top imports presentation
+		{"runtime/ssh", "nemesis", false},                       // a higher layer
+		{"report", "harness/harnesstest", false},                // test-only
+		{"targets/redis", "nemesis/clock", false},               // sideways in layer 1
+		{"targets/redis", "targets/store", true},                // the store kinds' interface, a lower layer
+		{"targets/redis", "targets/store/postgres", false},      // another component
+		{"targets", "targets/redis", false},                     // a registry naming a plug-in
+		{"targets/lockd/server", "targets/lockd", false},        // a parent that is no registry
+		{"workloads/agent", "workloads", false},                 // idem
+		{"report", "scenario", true},                            // presentation reads matrices
+		{"scenario", "report", false},                           // a higher layer
+		{"internal/clockskew", "internal/testenv", false},       // test-only
+		{"internal/clockskew", "internal/layers", false},        // two internal components
+		{"checkers/synth", "workloads", false},                  // different top folders
+		{"history", "checkers", false},                          // up three layers
+		{"bench", "cmd/splitbrain", false},                      // sideways at the top
+		{"harness", "harness/harnesstest", false},               // test-only
+		{"nemesis/clock/shimtest", "nemesis/clock", false},      // a parent that is no registry
 		{"targets/lockd/server/fsm", "targets/lockd/server", false},
 	}
 	for _, tt := range tests {

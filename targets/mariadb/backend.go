@@ -8,6 +8,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/external"
 )
 
 // Packages are the Debian packages of the node image.
@@ -29,8 +30,6 @@ const (
 	PyKind    = "mariadb-pymysql"
 	PyPackage = "python3-pymysql"
 	PyScript  = "pymysql_lock.py"
-	// ClientDir is where client images keep a client's files.
-	ClientDir = "/opt/splitbrain/client"
 )
 
 // PySource is the PyMySQL adapter.
@@ -39,7 +38,7 @@ const (
 var PySource []byte
 
 // PyAdapter is the adapter file of its client image.
-var PyAdapter = images.BuiltFile(PyScript, ClientDir+"/"+PyScript, 0o755,
+var PyAdapter = images.BuiltFile(PyScript, external.ClientDir+"/"+PyScript, 0o755,
 	func() []string { return []string{string(PySource)} },
 	func(_ context.Context, out string) error { return os.WriteFile(out, PySource, 0o755) })
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/external"
 )
 
 // Kinds of the recipes that run through the client protocol.
@@ -15,10 +16,6 @@ const (
 	CuratorKind = "curator"
 	KazooKind   = "kazoo"
 )
-
-// ClientDir is where a client image keeps its client's files, and where
-// the agent starts the adapter (the client protocol's files directory).
-const ClientDir = "/opt/splitbrain/client"
 
 // Curator's adapter: CuratorAdapter.java, compiled with javac when the
 // client image is built, against Debian's Curator 5.4.0.
@@ -48,27 +45,27 @@ var (
 	}, ":")
 
 	// CuratorBuild compiles the adapter in the image build.
-	CuratorBuild = []string{"javac -nowarn -d " + ClientDir + " -cp " + curatorClasspath + " " + ClientDir + "/CuratorAdapter.java"}
+	CuratorBuild = []string{"javac -nowarn -d " + external.ClientDir + " -cp " + curatorClasspath + " " + external.ClientDir + "/CuratorAdapter.java"}
 
-	// CuratorAdapter is the adapter's command line, run in ClientDir: a
+	// CuratorAdapter is the adapter's command line, run in external.ClientDir: a
 	// JVM tuned to start fast (serial collector, C1 only), logging at
 	// info (ZooKeeper's client says what it does with the connection).
 	CuratorAdapter = "exec java -Xmx128m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:-UsePerfData" +
 		" -Dorg.slf4j.simpleLogger.defaultLogLevel=info -Dorg.slf4j.simpleLogger.showDateTime=true" +
 		" -Dorg.slf4j.simpleLogger.dateTimeFormat=HH:mm:ss.SSS" +
-		" -cp " + ClientDir + ":" + curatorClasspath + " CuratorAdapter"
+		" -cp " + external.ClientDir + ":" + curatorClasspath + " CuratorAdapter"
 
 	//go:embed adapters/kazoo_adapter.py
 	kazooSource []byte
 
-	// KazooAdapter is Kazoo's adapter's command line, run in ClientDir.
+	// KazooAdapter is Kazoo's adapter's command line, run in external.ClientDir.
 	KazooAdapter = "exec python3 kazoo_adapter.py"
 )
 
 // embedded is a file of a client image made from source embedded in this
 // binary (so the control image, without a source tree, can build it too).
 func embedded(name string, src []byte) images.File {
-	return images.BuiltFile(name, ClientDir+"/"+name, 0o644,
+	return images.BuiltFile(name, external.ClientDir+"/"+name, 0o644,
 		func() []string { return []string{string(src)} },
 		func(_ context.Context, out string) error { return os.WriteFile(out, src, 0o644) })
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/external"
 	"github.com/splitbrain/splitbrain/targets/zookeeper"
 )
 
@@ -208,7 +209,7 @@ func TestZooKeeperAdaptersConform(t *testing.T) {
 				t.Fatal(err)
 			}
 			res, err := n.Exec(ctx, []string{"/usr/local/bin/splitbrain", "client-check", "--backend", zookeeper.Name,
-				"--endpoints", strings.Join(eps, ","), "--dir", zookeeper.ClientDir, "--", "sh", "-c", c.adapter})
+				"--endpoints", strings.Join(eps, ","), "--dir", external.ClientDir, "--", "sh", "-c", c.adapter})
 			t.Logf("client-check:\n%s", res.Stdout)
 			if err != nil {
 				t.Fatalf("client-check failed: %v\n%s", err, res.Stderr)

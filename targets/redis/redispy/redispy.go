@@ -16,6 +16,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/external"
 )
 
 // Kind is the recipe's kind.
@@ -36,12 +37,8 @@ const Script = "redis_py_lock.py"
 //go:embed redis_py_lock.py
 var Source []byte
 
-// ClientDir is where client images keep a client's files
-// (external.ClientDir, which adapters run in).
-const ClientDir = "/opt/splitbrain/client"
-
 // Adapter is the adapter file of the client image.
-var Adapter = images.BuiltFile(Script, ClientDir+"/"+Script, 0o755,
+var Adapter = images.BuiltFile(Script, external.ClientDir+"/"+Script, 0o755,
 	func() []string { return []string{string(Source)} },
 	func(_ context.Context, out string) error { return os.WriteFile(out, Source, 0o755) })
 

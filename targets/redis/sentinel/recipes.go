@@ -13,6 +13,7 @@ import (
 	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/external"
 	"github.com/splitbrain/splitbrain/targets/redis/redispy"
 	"github.com/splitbrain/splitbrain/targets/redis/redsync"
 	"github.com/splitbrain/splitbrain/targets/redis/setnx"
@@ -119,7 +120,7 @@ const PyScript = "redis_py_sentinel_lock.py"
 var PySource []byte
 
 // PyAdapter is the adapter file of its client image.
-var PyAdapter = images.BuiltFile(PyScript, redispy.ClientDir+"/"+PyScript, 0o755,
+var PyAdapter = images.BuiltFile(PyScript, external.ClientDir+"/"+PyScript, 0o755,
 	func() []string { return []string{string(PySource)} },
 	func(_ context.Context, out string) error { return os.WriteFile(out, PySource, 0o755) })
 
