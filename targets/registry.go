@@ -79,7 +79,7 @@ type Role struct {
 	// Packages are the Debian packages its image adds to the shared base.
 	Packages []string
 	// Files are the files its image holds beyond the splitbrain binary,
-	// made on this machine (images.GoBinary, images.BuiltFile); SSH hosts
+	// made on this machine (images.GoModule, images.BuiltFile); SSH hosts
 	// get them too.
 	Files []images.File
 	// StateDirs are absolute directories its nodes keep state in; on SSH

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"time"
@@ -124,13 +125,49 @@ func GoBuild(ctx context.Context, dir, pkg, out string, progress func(string, ..
 func (b *Builder) splitbrainBinary(ctx context.Context) (string, error) {
 	root, ok := b.source()
 	if !ok {
-		self, err := os.Executable()
-		if err != nil || !isStatic(self) {
-			return "", ErrNoSource
+		if self, err := os.Executable(); err == nil && isStatic(self) {
+			return self, nil
 		}
-		return self, nil
+		// Installed with `go install …@version` (with cgo, so not
+		// static): the same version, built static.
+		if bi, ok := debug.ReadBuildInfo(); ok && bi.Path != "" && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+			return b.installVersion(ctx, "splitbrain", bi.Path, bi.Main.Version)
+		}
+		return "", ErrNoSource
 	}
 	return b.cachedBuild(ctx, "splitbrain", root, "./cmd/splitbrain")
+}
+
+// installVersion builds pkg at module version static with `go install`
+// into the binary cache as name-<arch>-<version>, unless it is there.
+func (b *Builder) installVersion(ctx context.Context, name, pkg, version string) (string, error) {
+	cache := filepath.Join(b.CacheDir, "bin")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		return "", fmt.Errorf("binary cache: %w", err)
+	}
+	path := filepath.Join(cache, name+"-"+runtime.GOARCH+"-"+strings.ReplaceAll(version, "/", "_"))
+	if _, err := os.Stat(path); err == nil {
+		touch(path)
+		return path, nil
+	}
+	gobin, err := os.MkdirTemp(cache, name+"-install-")
+	if err != nil {
+		return "", fmt.Errorf("binary cache: %w", err)
+	}
+	defer os.RemoveAll(gobin)
+	b.progress("go install %s@%s (static)", pkg, version)
+	cmd := exec.CommandContext(ctx, "go", "install", "-trimpath", "-ldflags=-s -w", pkg+"@"+version)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOBIN="+gobin)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		if _, lerr := exec.LookPath("go"); lerr != nil {
+			return "", fmt.Errorf("this splitbrain binary is not static, and the static one its containers run is built with the Go toolchain, which is not on PATH (install Go 1.26, or install splitbrain with CGO_ENABLED=0): %w", lerr)
+		}
+		return "", fmt.Errorf("go install %s@%s: %w\n%s", pkg, version, err, tail(out, 4000))
+	}
+	if err := os.Rename(filepath.Join(gobin, filepath.Base(pkg)), path); err != nil {
+		return "", fmt.Errorf("go install %s@%s: %w", pkg, version, err)
+	}
+	return path, nil
 }
 
 // cachedBuild builds pkg of the module at dir into the binary cache as
@@ -200,19 +237,100 @@ func isStatic(path string) bool {
 	return true
 }
 
-// GoBinary is a file built with `go build` (static, for this machine's
-// architecture) of package pkg of the Go module in dir, a directory of this
-// repository (a module of its own, such as a pinned server release), and
-// cached by the hash of that directory. Without a source tree it is the
-// copy installed at dest, as in the control image.
-func GoBinary(name, dir, pkg, dest string) File {
+// GoModule is a file built with `go build` (static, for this machine's
+// architecture) of package pkg of the Go module whose files src holds,
+// embedded in the binary: a module of its own, such as a pinned server
+// release, so that it is built from its pinned versions wherever splitbrain
+// runs, with no source tree. Its go.mod and go.sum are stored as go.mod.in
+// and go.sum.in (a directory with a go.mod cannot be embedded) and its Go
+// files carry `//go:build ignore` (so that splitbrain's own module neither
+// builds them nor requires their dependencies); both are undone in the
+// build directory. It is cached by the hash of src. Without the Go
+// toolchain, the copy installed at dest (as in the control image) is used,
+// else the error says what is missing.
+func GoModule(name string, src fs.FS, pkg, dest string) File {
 	return File{Name: name, Dest: dest, Make: func(ctx context.Context, b *Builder) (string, error) {
-		root, ok := b.source()
-		if !ok {
-			return installed(dest)
+		files, sum, err := moduleFiles(src)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
 		}
-		return b.cachedBuild(ctx, name, filepath.Join(root, dir), pkg)
+		cache := filepath.Join(b.CacheDir, "bin")
+		if err := os.MkdirAll(cache, 0o755); err != nil {
+			return "", fmt.Errorf("binary cache: %w", err)
+		}
+		prefix := name + "-" + runtime.GOARCH + "-"
+		path := filepath.Join(cache, prefix+sum)
+		if _, err := os.Stat(path); err == nil {
+			touch(path)
+			return path, nil
+		}
+		dir, err := os.MkdirTemp(cache, name+"-module-")
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", name, err)
+		}
+		defer os.RemoveAll(dir)
+		for rel, body := range files {
+			p := filepath.Join(dir, filepath.FromSlash(rel))
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				return "", fmt.Errorf("%s: %w", name, err)
+			}
+			if err := os.WriteFile(p, body, 0o644); err != nil {
+				return "", fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		if err := GoBuild(ctx, dir, pkg, path, b.progress); err != nil {
+			if inst, ierr := installed(dest); ierr == nil {
+				return inst, nil
+			}
+			return "", fmt.Errorf("%s is built from its pinned module (%s) with the Go toolchain: %w", name, modulePath(files["go.mod"]), err)
+		}
+		pruneOld(cache, prefix, filepath.Base(path))
+		return path, nil
 	}}
+}
+
+// moduleFiles reads the module in src as it is written out for a build
+// (go.mod.in as go.mod, Go files without their leading `//go:build
+// ignore`), with a hash of it all.
+func moduleFiles(src fs.FS) (map[string][]byte, string, error) {
+	files := map[string][]byte{}
+	h := sha256.New()
+	err := fs.WalkDir(src, ".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		body, err := fs.ReadFile(src, path)
+		if err != nil {
+			return err
+		}
+		name := strings.TrimSuffix(path, ".in")
+		if strings.HasSuffix(name, ".go") {
+			body = bytes.TrimPrefix(body, []byte("//go:build ignore\n"))
+		}
+		files[name] = body
+		fmt.Fprintf(h, "%s\x00%d\x00", name, len(body))
+		h.Write(body)
+		return nil
+	})
+	if err != nil {
+		return nil, "", err
+	}
+	if _, ok := files["go.mod"]; !ok {
+		return nil, "", fmt.Errorf("embedded module has no go.mod.in")
+	}
+	return files, hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// modulePath is the first requirement of a go.mod: the pinned release a
+// module of ours is built from.
+func modulePath(gomod []byte) string {
+	for _, line := range strings.Split(string(gomod), "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
+		if len(f) == 2 && strings.Contains(f[0], ".") && strings.HasPrefix(f[1], "v") && strings.HasPrefix(strings.TrimSpace(line), "require ") {
+			return f[0] + " " + f[1]
+		}
+	}
+	return "its go.mod"
 }
 
 // BuiltFile is a file made on this machine by build (which writes the file

@@ -86,7 +86,7 @@ var (
 	// ErrNoDebootstrap: the debootstrap program is missing.
 	ErrNoDebootstrap = errors.New("debootstrap not found (install it: apt-get install -y debootstrap)")
 	// ErrNoSource: our binaries cannot be built or found.
-	ErrNoSource = errors.New("cannot find the splitbrain source tree to build static binaries (run from the repository, or use a splitbrain binary built with CGO_ENABLED=0)")
+	ErrNoSource = errors.New("this splitbrain binary is not static and carries no module version to rebuild it from (build it with CGO_ENABLED=0, install it with go install …/cmd/splitbrain@VERSION, or run it inside the repository)")
 )
 
 // Artifact is a file of a role's image, made on this machine: where it

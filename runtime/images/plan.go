@@ -42,7 +42,7 @@ type File struct {
 	// Mode is its mode in the image (0: 0755).
 	Mode int64
 	// Make returns the file's path on this machine, building it if
-	// needed (see [GoBinary] and [BuiltFile]).
+	// needed (see [GoModule] and [BuiltFile]).
 	Make func(ctx context.Context, b *Builder) (string, error)
 }
 

@@ -14,7 +14,8 @@ import (
 const Name = "etcd"
 
 // BuildDir is the module that builds etcd, relative to the repository: its
-// go.mod pins the server release.
+// go.mod.in pins the server release; it is embedded (modules.go), so that
+// the etcd binary is built from the pinned release wherever splitbrain runs.
 const BuildDir = "targets/etcd/build"
 
 // Binary is the etcd server in the etcd image.
@@ -28,7 +29,7 @@ const ClientLibrary = "go.etcd.io/etcd/client/v3"
 // the vDSO (a Go program).
 var NodeRole = targets.Role{
 	Name:      Role,
-	Files:     []images.File{images.GoBinary("etcd", BuildDir, ".", Binary)},
+	Files:     []images.File{images.GoModule("etcd", moduleFS("build"), ".", Binary)},
 	StateDirs: []string{DataDir},
 }
 

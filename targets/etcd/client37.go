@@ -11,7 +11,7 @@ import (
 const Client37 = "etcd-v3.7"
 
 // Client37Dir is the module that builds the etcd v3.7 client adapter,
-// relative to the repository: its go.mod pins go.etcd.io/etcd/client/v3
+// relative to the repository (embedded, as BuildDir is): its go.mod.in pins go.etcd.io/etcd/client/v3
 // v3.7.3 beside the v3.6 that splitbrain itself is built with (one build
 // holds one version of a module).
 const Client37Dir = "targets/etcd/client37"
@@ -39,7 +39,7 @@ func init() {
 			option.Enum("unlock", "retry: a failed Unlock is retried in the background with the same Mutex (etcd issue 22082)", "once", "retry"),
 			option.Duration("unlock-timeout", "the application's own timeout on Unlock, a duration (default: the release's deadline)", 0, 0, 0).Described("the release's deadline"),
 			option.Duration("unlock-retry-delay", "the wait before each retried Unlock, a duration (default 300ms)", 300*time.Millisecond, 0, 0)),
-		Files:   []images.File{images.GoBinary("etcd-v3.7-lock", Client37Dir, ".", Client37Binary)},
+		Files:   []images.File{images.GoModule("etcd-v3.7-lock", moduleFS("client37"), ".", Client37Binary)},
 		Adapter: "exec " + Client37Binary,
 	})
 }

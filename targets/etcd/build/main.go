@@ -1,3 +1,5 @@
+//go:build ignore
+
 // Command etcd is the etcd server, built from a pinned release of
 // go.etcd.io/etcd/server/v3 for splitbrain's etcd image. It is a module of
 // its own: etcd's server module cannot be installed with `go install`

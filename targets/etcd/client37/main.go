@@ -1,3 +1,5 @@
+//go:build ignore
+
 // Command etcd-v3.7-lock is a splitbrain client adapter for the lock of
 // go.etcd.io/etcd/client/v3/concurrency at v3.7 (the go.mod beside it pins
 // the release): a module of its own, because splitbrain's own etcd recipe

@@ -1,0 +1,23 @@
+package etcd
+
+import (
+	"embed"
+	"io/fs"
+)
+
+// modules are the Go modules of their own that etcd's images need, with
+// their pinned versions (BuildDir: the etcd server; Client37Dir: the v3.7
+// client adapter), embedded so that a splitbrain binary builds them from
+// any directory (images.GoModule says how they are stored).
+//
+//go:embed build/go.mod.in build/go.sum.in build/main.go client37/go.mod.in client37/go.sum.in client37/main.go
+var modules embed.FS
+
+// moduleFS is the embedded module in directory dir.
+func moduleFS(dir string) fs.FS {
+	sub, err := fs.Sub(modules, dir)
+	if err != nil {
+		panic(err) // the embed pattern names dir
+	}
+	return sub
+}
