@@ -28,6 +28,7 @@ import (
 	"github.com/splitbrain/splitbrain/runtime/memrt"
 	"github.com/splitbrain/splitbrain/scenario"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/external"
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads/agent"
 )
@@ -200,7 +201,7 @@ func inmemDeps() (harness.Deps, func() *memrt.Runtime) {
 		"store":   idle,
 		"client": func(ctx context.Context, p *memrt.Proc) error {
 			return agent.Serve(ctx, p.Stdin, p.Stdout, agent.Deps{
-				Lockers:   targets.Lockers(),
+				Lockers:   external.Lockers(),
 				DialStore: func(string, time.Duration) agent.Store { return gatedStore{st: st, gate: storeGate} },
 				Step:      p.Gate.Wait,
 			})
@@ -244,7 +245,7 @@ func TestBackendRegistry(t *testing.T) {
 	if rs := targets.RecipesFor(inmemName); len(rs) != 1 || rs[0].Kind != inmemName || !rs[0].Fencing {
 		t.Fatalf("RecipesFor = %+v", rs)
 	}
-	if _, ok := targets.Lockers()[inmemName]; !ok {
+	if _, ok := external.Lockers()[inmemName]; !ok {
 		t.Fatal("no locker factory for the recipe")
 	}
 }

@@ -171,8 +171,7 @@ type Recipe struct {
 	// process that wraps a library in another language and speaks the
 	// client protocol (docs/client-protocol.md), run with sh -c in the
 	// client files directory of its image (Files put it there). The
-	// adapter runner is registered by package targets/external
-	// ([RegisterAdapterRunner]).
+	// adapter is run by package targets/external (external.FactoryOf).
 	Adapter string
 	// Language is the client's language ("go" when empty): a library in
 	// another language runs as an adapter process (package external).
@@ -333,46 +332,15 @@ func LookupRecipe(kind string) (Recipe, error) { return recipes.Lookup("lock rec
 // Recipes returns every registered recipe, sorted by kind.
 func Recipes() []Recipe { return recipes.All() }
 
-// Lockers maps every registered recipe's kind to its factory, as client
-// agents need them; with an adapter runner registered, ExternalKind too (a
-// client the user brings, its command in RecipeConfig.Command).
-func Lockers() map[string]LockerFactory {
-	out := map[string]LockerFactory{}
-	for _, r := range Recipes() {
-		out[r.Kind] = r.Factory()
-	}
-	regMu.RLock()
-	run := adapterRunner
-	regMu.RUnlock()
-	if run != nil {
-		out[ExternalKind] = run(ExternalKind, "")
-	}
-	return out
-}
-
 // ExternalKind is the recipe kind of a client the user brings: an adapter
 // whose command line travels in RecipeConfig.Command.
 const ExternalKind = "external"
 
-// AdapterRunner makes the factory of lockers that run command (an adapter
-// process speaking the client protocol; empty: RecipeConfig.Command) for
-// recipe kind.
-type AdapterRunner func(kind, command string) LockerFactory
-
-var adapterRunner AdapterRunner
-
-// RegisterAdapterRunner registers how adapter processes are run (package
-// targets/external does, from its init function).
-func RegisterAdapterRunner(run AdapterRunner) {
-	regMu.Lock()
-	defer regMu.Unlock()
-	adapterRunner = run
-}
-
 // Factory is the recipe's LockerFactory: New, after a check of the
 // options it is given against the recipe's declarations (they were
 // checked by the harness that sent them; New reads them through those
-// declarations), or the registered adapter runner running Adapter.
+// declarations). A recipe with an Adapter runs through the client
+// protocol: external.FactoryOf is the factory of every recipe.
 func (r Recipe) Factory() LockerFactory {
 	if r.New != nil {
 		return func(ctx context.Context, cfg RecipeConfig, client string, log *slog.Logger) (Locker, error) {
@@ -382,15 +350,9 @@ func (r Recipe) Factory() LockerFactory {
 			return r.New(ctx, cfg, client, log)
 		}
 	}
-	regMu.RLock()
-	run := adapterRunner
-	regMu.RUnlock()
-	if run == nil {
-		return func(context.Context, RecipeConfig, string, *slog.Logger) (Locker, error) {
-			return nil, fmt.Errorf("recipe %s runs an adapter process, and no adapter runner is registered (import package targets/external)", r.Kind)
-		}
+	return func(context.Context, RecipeConfig, string, *slog.Logger) (Locker, error) {
+		return nil, fmt.Errorf("recipe %s runs an adapter process: its factory is the client protocol's (external.FactoryOf)", r.Kind)
 	}
-	return run(r.Kind, r.Adapter)
 }
 
 // RecipesFor returns the recipes that serve the backend called name.

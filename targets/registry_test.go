@@ -61,8 +61,8 @@ func TestRegisterAndLookup(t *testing.T) {
 	if p, err := images.PlanRole("rt-a-node"); err != nil || !slices.Equal(p.Packages, []string{"socat"}) {
 		t.Fatalf("the role's image plan: %+v, %v", p, err)
 	}
-	if _, ok := Lockers()["rt-a"]; !ok {
-		t.Fatal("no locker factory")
+	if r, err := LookupRecipe("rt-a"); err != nil || r.Factory() == nil {
+		t.Fatalf("no locker factory: %v", err)
 	}
 	if _, err := LookupRecipe("rt-z"); err == nil || !strings.Contains(err.Error(), "known: rt-a") {
 		t.Fatalf("LookupRecipe(rt-z): %v", err)

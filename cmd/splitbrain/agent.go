@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitbrain/splitbrain/runtime"
-	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/external"
 	"github.com/splitbrain/splitbrain/workloads/agent"
 )
 
@@ -31,7 +31,7 @@ func newAgentCmd(g *globalFlags) *cobra.Command {
 			if os.Getenv("GOMAXPROCS") == "" {
 				goruntime.GOMAXPROCS(1)
 			}
-			deps := agent.Deps{Lockers: targets.Lockers(), Log: log.With("component", "agent")}
+			deps := agent.Deps{Lockers: external.Lockers(), Log: log.With("component", "agent")}
 			return runtime.ServeConsole(cmd.Context(), func(in io.Reader, out io.Writer) error {
 				return agent.Serve(cmd.Context(), in, out, deps)
 			})

@@ -14,6 +14,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/history"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/targets/external"
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads"
 	"github.com/splitbrain/splitbrain/workloads/agent"
@@ -181,7 +182,7 @@ func benchAgentLoop(ctx context.Context, cfg agent.Config, keys int, d time.Dura
 	defer stop()
 	served := make(chan error, 1)
 	go func() {
-		served <- agent.Serve(actx, reqR, respW, agent.Deps{Lockers: targets.Lockers()})
+		served <- agent.Serve(actx, reqR, respW, agent.Deps{Lockers: external.Lockers()})
 		respW.Close()
 	}()
 	hw, err := history.Create(path)

@@ -30,12 +30,26 @@ import (
 	"github.com/splitbrain/splitbrain/targets"
 )
 
-// Adapter processes of recipes (targets.Recipe.Adapter) and of clients the
-// user brings run here.
-func init() {
-	targets.RegisterAdapterRunner(func(kind, command string) targets.LockerFactory {
-		return Factory(kind, command, ClientDir)
-	})
+// FactoryOf is the factory of recipe r: the process of its Adapter,
+// speaking this protocol in ClientDir, or its Go library
+// (targets.Recipe.Factory).
+func FactoryOf(r targets.Recipe) targets.LockerFactory {
+	if r.New == nil && r.Adapter != "" {
+		return Factory(r.Kind, r.Adapter, ClientDir)
+	}
+	return r.Factory()
+}
+
+// Lockers maps every registered recipe's kind to its factory, as client
+// agents need them, and [Kind] to the factory of a client the user brings
+// (its command line in targets.RecipeConfig.Command).
+func Lockers() map[string]targets.LockerFactory {
+	out := map[string]targets.LockerFactory{}
+	for _, r := range targets.Recipes() {
+		out[r.Kind] = FactoryOf(r)
+	}
+	out[Kind] = Factory(Kind, "", ClientDir)
+	return out
 }
 
 // Version is the protocol version this package speaks.
