@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"syscall"
 	"time"
 
@@ -16,7 +17,7 @@ import (
 func init() {
 	Register(Kind{
 		Name: "pause",
-		Doc:  "SIGSTOP a lock holder, a client, a lock node or the store; SIGCONT at heal",
+		Doc:  "freeze a lock holder or a client (its container whole: agent and adapter, by the cgroup freezer), or a lock node or the store (SIGSTOP to its main process); resume at heal",
 		NewSpec: func() Spec {
 			return &PauseSpec{Targets: Weights{GroupHolder: 3, GroupNode: 1}}
 		},
@@ -70,8 +71,11 @@ const (
 // PauseGroups lists the target groups.
 var PauseGroups = []string{GroupHolder, GroupClient, GroupNode, GroupStore}
 
-// Pause stops a process with SIGSTOP and resumes it with SIGCONT at heal: a
-// frozen node looks to everyone else exactly like a partitioned one.
+// Pause freezes a node and resumes it at heal: a lock node or the store by
+// SIGSTOP and SIGCONT to its main process; a client whole (the agent and
+// its adapter, every thread at once) through runtime.Node.Signal of a
+// Group node — the cgroup freezer in Docker. A frozen node looks to
+// everyone else exactly like a partitioned one.
 type Pause struct {
 	// Weights chooses the target group, e.g. {"holder": 2, "node": 1}.
 	Weights Weights
@@ -100,8 +104,16 @@ func (p *Pause) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, er
 	if err := n.Signal(ctx, syscall.SIGSTOP); err != nil {
 		return nil, fmt.Errorf("pause %s: %w", n.Name(), err)
 	}
-	return &pauseFault{node: n}, nil
+	detail := "SIGSTOP to its main process"
+	if slices.Contains(env.Clients, n) {
+		detail = ClientFreeze
+	}
+	return &pauseFault{node: n, detail: detail}, nil
 }
+
+// ClientFreeze is how a pause freezes a client: its whole node at once,
+// the agent and its lock client's adapter (runtime.NodeSpec.Group).
+const ClientFreeze = "SIGSTOP to the whole client: its container's cgroup freezer (docker pause), or every process of the agent over SSH"
 
 // Choose draws a node of group (GroupHolder, GroupClient, GroupNode or
 // GroupStore); for GroupHolder it waits up to holderWait for a client in
@@ -136,12 +148,13 @@ func (env *Env) Choose(ctx context.Context, rng *rand.Rand, group string, holder
 }
 
 type pauseFault struct {
-	node runtime.Node
-	once once
+	node   runtime.Node
+	detail string
+	once   once
 }
 
 func (f *pauseFault) Targets() []string { return []string{f.node.Name()} }
-func (f *pauseFault) Detail() string    { return "SIGSTOP" }
+func (f *pauseFault) Detail() string    { return f.detail }
 
 func (f *pauseFault) Heal(ctx context.Context) error {
 	return f.once.do(func() error {
