@@ -41,7 +41,7 @@ type activeFault struct {
 
 // NewProgress returns a Progress drawing on w for a test phase of limit.
 func NewProgress(w io.Writer, limit time.Duration) *Progress {
-	return &Progress{w: w, limit: limit, now: time.Now, width: func() int { return terminalWidth(w) }, active: map[string]activeFault{}}
+	return &Progress{w: w, limit: limit, now: time.Now, width: func() int { return TerminalWidth(w) }, active: map[string]activeFault{}}
 }
 
 // Observe counts one history event. The first event starts the clock: the

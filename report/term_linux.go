@@ -18,8 +18,8 @@ func IsTerminal(w io.Writer) bool {
 	return err == nil
 }
 
-// terminalWidth is w's width in columns, 0 when unknown.
-func terminalWidth(w io.Writer) int {
+// TerminalWidth is w's width in columns, 0 when unknown (not a terminal).
+func TerminalWidth(w io.Writer) int {
 	f, ok := w.(*os.File)
 	if !ok {
 		return 0

@@ -33,7 +33,7 @@ func TestProgressTerminalPTY(t *testing.T) {
 	if !IsTerminal(pts) {
 		t.Error("a pty is not taken for a terminal")
 	}
-	if w := terminalWidth(pts); w != 77 {
+	if w := TerminalWidth(pts); w != 77 {
 		t.Errorf("width %d, want 77", w)
 	}
 }

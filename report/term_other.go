@@ -18,4 +18,5 @@ func IsTerminal(w io.Writer) bool {
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
-func terminalWidth(io.Writer) int { return 0 }
+// TerminalWidth is the width of terminal w in columns; 0 (unknown) here.
+func TerminalWidth(io.Writer) int { return 0 }

@@ -370,3 +370,24 @@ func TestHelpAndCompletion(t *testing.T) {
 		})
 	}
 }
+
+// TestScenariosFitTheWidth: `scenarios` keeps its lines within the width
+// (COLUMNS here), breaking only between words, and still names each
+// scenario's anti-pattern and each client.
+func TestScenariosFitTheWidth(t *testing.T) {
+	t.Setenv("COLUMNS", "80")
+	code, out, stderr := run(t, "scenarios")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []string{"no-expiry-deadlock (anti-pattern 1)\n", "redlock-clock-jump (known bug)\n", "  runs on:  ", "redsync (redis, redlock)\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if n := len([]rune(line)); n > 80 && len(strings.Fields(line)) > 1 {
+			t.Errorf("%d columns, over 80 and breakable: %q", n, line)
+		}
+	}
+}

@@ -9,10 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -27,38 +28,72 @@ func newScenariosCmd(_ *globalFlags) *cobra.Command {
 	return &cobra.Command{
 		Use:   "scenarios",
 		Short: "List the scenario catalogue: each anti-pattern and the correct pattern, with the outcome expected",
-		Args:  exactArgs(0),
+		Long: "List the scenario catalogue: each scenario with the anti-pattern it reproduces (docs/lock-safety.md), the\n" +
+			"targets and clients it runs on, the outcome expected and what it shows; then the lock clients. Lines fit\n" +
+			"the terminal (100 columns when the output is not one; COLUMNS overrides).",
+		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "NAME\tANTI-PATTERN\tTARGETS/CLIENTS\tEXPECTED\tWHAT IT SHOWS")
+			w := cmd.OutOrStdout()
+			width := outputWidth(w)
 			for _, s := range scenario.Catalogue() {
-				ap := "-"
+				ap := ""
 				switch {
 				case s.AntiPattern > 0:
-					ap = fmt.Sprint(s.AntiPattern)
+					ap = fmt.Sprintf(" (anti-pattern %d)", s.AntiPattern)
 				case s.AntiPattern == scenario.KnownBug:
-					ap = "known bug"
+					ap = " (known bug)"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", s.Name, ap, scenarioCells(s), describe(s.Expect), s.Title)
+				fmt.Fprintf(w, "%s%s\n", s.Name, ap)
+				writeWrapped(w, "  shows:    ", s.Title, width)
+				writeWrapped(w, "  expected: ", describe(s.Expect), width)
+				writeWrapped(w, "  runs on:  ", scenarioCells(s), width)
 			}
-			if err := tw.Flush(); err != nil {
-				return err
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), "\nLock clients (--client NAME; or the command line of your own adapter, docs/your-client.md):")
-			tw = tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "CLIENT\tTARGETS\tLIBRARY\tVERSION\tLANGUAGE\tTOKEN\tCHECKED RELEASE\tRENEWS")
+			fmt.Fprintln(w)
+			writeWrapped(w, "", "Lock clients (--client NAME; or the command line of your own adapter, docs/your-client.md):", width)
 			for _, r := range targets.Recipes() {
 				info := r.Info()
 				lib, ver := info.Library, info.Version
 				if lib == "" {
-					lib, ver = "splitbrain's own recipe", "-"
+					lib, ver = "splitbrain's own recipe", ""
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Kind, strings.Join(r.Backends, ","), lib, ver, info.Language,
-					yesNo(info.Fencing), yesNo(info.CheckedRelease), yesNo(info.Renews))
+				fmt.Fprintf(w, "%s (%s)\n", r.Kind, strings.Join(r.Backends, ", "))
+				writeWrapped(w, "  ", fmt.Sprintf("%s %s, %s; token: %s, checked release: %s, renews: %s", lib, ver, info.Language,
+					yesNo(info.Fencing), yesNo(info.CheckedRelease), yesNo(info.Renews)), width)
 			}
-			return tw.Flush()
+			return nil
 		},
 	}
+}
+
+// outputWidth is the width lines written to w keep within: the
+// terminal's, COLUMNS when set, else 100.
+func outputWidth(w io.Writer) int {
+	if n, err := strconv.Atoi(os.Getenv("COLUMNS")); err == nil && n > 20 {
+		return n
+	}
+	if n := report.TerminalWidth(w); n > 20 {
+		return n
+	}
+	return 100
+}
+
+// writeWrapped writes text after prefix, its words wrapped to width, the
+// lines after the first indented as far as the prefix.
+func writeWrapped(w io.Writer, prefix, text string, width int) {
+	indent := strings.Repeat(" ", utf8.RuneCountInString(prefix))
+	line := prefix
+	for _, word := range strings.Fields(text) {
+		n := utf8.RuneCountInString(line)
+		if n > len(indent) && n+1+utf8.RuneCountInString(word) > width {
+			fmt.Fprintln(w, line)
+			line, n = indent, len(indent)
+		}
+		if n > len(indent) {
+			line += " "
+		}
+		line += word
+	}
+	fmt.Fprintln(w, line)
 }
 
 // describe says an expectation in a few words.
