@@ -16,7 +16,9 @@ import (
 // Judge checks a run's events as the end of every run does and fills res's
 // verdict, reasons, checker sections, fault windows and lock metrics (the
 // options in res.Config give the lease TTL; a run that did not complete,
-// res.Incomplete, is at best unknown). It returns the checkers'
+// res.Incomplete, is at best unknown; so is one in which a fault kind
+// res.Config.Nemesis asks for never came into force, unless
+// res.Config.FaultsOptional: res.Landed counts them). It returns the checkers'
 // input, for the visualization. A run and `splitbrain check` both judge
 // through it, so a stored history re-checks to the same verdict.
 func Judge(ctx context.Context, res *Results, events []history.Event, timeout time.Duration) checkers.Input {
@@ -35,6 +37,14 @@ func Judge(ctx context.Context, res *Results, events []history.Event, timeout ti
 		res.Reasons = append(res.Reasons, "the run did not complete: "+res.Incomplete)
 	}
 	res.Faults = checkers.Windows(in.Faults)
+	res.Landed, res.NotLanded = landings(res.Config.Nemesis, in.Faults)
+	if len(res.NotLanded) > 0 && !res.Config.FaultsOptional && res.Valid == checkers.Valid {
+		// A fault that never came into force challenged nothing: the run
+		// shows no more than a run without it. (An invalid verdict stands:
+		// the anomaly happened, fault or not.)
+		res.Valid = checkers.Unknown
+		res.Reasons = append(res.Reasons, res.NotTestedLine())
+	}
 	res.Metrics = Metrics(in)
 	// The report explains the history next and needs the holds only at
 	// its end: do not keep them through the explanation.

@@ -67,7 +67,10 @@ type Config struct {
 	// [nemesis.Register]); those of the faults named in Nemesis are used.
 	// [DefaultConfig] has every registered fault's defaults; a missing
 	// name stands for its defaults.
-	Faults         nemesis.Specs `json:"faults"`
+	Faults nemesis.Specs `json:"faults"`
+	// FaultsOptional judges a run in which a requested fault never came
+	// into force; by default such a run is not tested ([Results.Landed]).
+	FaultsOptional bool          `json:"faults_optional,omitempty"`
 	AcquireTimeout time.Duration `json:"acquire_timeout_ns"`
 	StoreTimeout   time.Duration `json:"store_timeout_ns"`
 	// OpTimeout is how long the harness waits for one operation.

@@ -44,6 +44,8 @@ type drillSpec struct {
 	Cap string `json:"cap"`
 	// Refuse makes the drill refuse the run when it chooses its mechanism.
 	Refuse bool `json:"refuse"`
+	// Miss makes every injection fail: the drill never lands.
+	Miss bool `json:"miss,omitempty"`
 }
 
 // lastDrill is the drill the harness built last.
@@ -52,6 +54,7 @@ var lastDrill atomic.Pointer[drill]
 func (s *drillSpec) Flags(fs *pflag.FlagSet) {
 	fs.StringVar(&s.Cap, "drill-cap", s.Cap, "capability the drill needs in client nodes")
 	fs.BoolVar(&s.Refuse, "drill-refuse", s.Refuse, "refuse the run when choosing how to drill")
+	fs.BoolVar(&s.Miss, "drill-miss", s.Miss, "fail every injection")
 }
 
 func (s *drillSpec) Validate(nemesis.Target) error {
@@ -62,14 +65,14 @@ func (s *drillSpec) Validate(nemesis.Target) error {
 }
 
 func (s *drillSpec) New(nemesis.Target) (nemesis.Nemesis, error) {
-	d := &drill{cap: s.Cap, refuse: s.Refuse}
+	d := &drill{cap: s.Cap, refuse: s.Refuse, miss: s.Miss}
 	lastDrill.Store(d)
 	return d, nil
 }
 
 type drill struct {
 	cap                string
-	refuse             bool
+	refuse, miss       bool
 	prepared, finished atomic.Bool
 	injected           atomic.Int32
 	// chosen, routes and closed record the Router and Closer calls.
@@ -118,6 +121,9 @@ func (*drill) Name() string { return "drill" }
 
 func (d *drill) Inject(_ context.Context, env *nemesis.Env, _ *rand.Rand) (nemesis.Fault, error) {
 	d.injected.Add(1)
+	if d.miss {
+		return nil, errors.New("--drill-miss: no node to drill")
+	}
 	return drillFault{node: env.Nodes[0].Name()}, nil
 }
 
@@ -178,6 +184,10 @@ func TestAFaultIsOneFile(t *testing.T) {
 	if drilled == 0 || out.Results.Valid != checkers.Valid {
 		t.Fatalf("%d drill windows, verdict %s", drilled, out.Results.Valid)
 	}
+	// Landed: counted, on what, and nothing left not tested.
+	if l := out.Results.Landed; len(l) != 1 || l[0].F != "drill" || l[0].Count != drilled || l[0].Targets["n1"] != drilled || len(out.Results.NotLanded) != 0 {
+		t.Fatalf("landed %+v, not landed %v; want %d drills on n1", l, out.Results.NotLanded, drilled)
+	}
 	// Routed: every client's store and lock addresses, after Choose;
 	// closed at the end.
 	d.mu.Lock()
@@ -211,5 +221,78 @@ func TestAFaultIsOneFile(t *testing.T) {
 	cfg.Faults["drill"].(*drillSpec).Cap = ""
 	if err := cfg.Validate(w.Deps(t).Backends); err == nil || !harness.IsBadInput(err) {
 		t.Fatalf("an empty --drill-cap: %v, want an input error", err)
+	}
+}
+
+// TestAFaultThatNeverLandedIsNotTested: a run in which a requested fault
+// never came into force (every injection failed, or the schedule ended
+// before the first) is not tested: unknown, with a reason naming the
+// fault; with FaultsOptional it is judged as any run.
+func TestAFaultThatNeverLandedIsNotTested(t *testing.T) {
+	cases := []struct {
+		name    string
+		set     func(*harness.Config)
+		failed  bool // injections were tried and failed
+		missing string
+	}{
+		{"every injection fails", func(c *harness.Config) { c.Faults["drill"].(*drillSpec).Miss = true }, true, "drill"},
+		{"the schedule ends first", func(c *harness.Config) { c.NemesisInterval = time.Hour }, false, "drill"},
+		{"one kind of two never lands", func(c *harness.Config) {
+			c.Nemesis = "drill,pause"
+			c.Faults["drill"].(*drillSpec).Miss = true
+		}, true, "drill"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, optional := range []bool{false, true} {
+				cfg := memConfig(t, "fenced-counter")
+				cfg.Nemesis, cfg.TimeLimit, cfg.NemesisInterval = "drill", time.Second, 100*time.Millisecond
+				cfg.FaultMin, cfg.FaultMax = 50*time.Millisecond, 100*time.Millisecond
+				cfg.Faults = nemesis.DefaultSpecs()
+				tc.set(&cfg)
+				cfg.FaultsOptional = optional
+				var w harnesstest.World
+				out, err := harness.Run(context.Background(), cfg, w.Deps(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := out.Results
+				var drill *harness.Landing
+				for i := range r.Landed {
+					if r.Landed[i].F == "drill" {
+						drill = &r.Landed[i]
+					}
+				}
+				if drill == nil || drill.Count != 0 || (drill.Failed > 0) != tc.failed || !slices.Equal(r.NotLanded, []string{tc.missing}) {
+					t.Fatalf("optional %v: landed %+v, not landed %v", optional, r.Landed, r.NotLanded)
+				}
+				if tc.failed && !strings.Contains(drill.LastError, "--drill-miss") {
+					t.Errorf("last error %q, want the injection's", drill.LastError)
+				}
+				line := r.NotTestedLine()
+				if !strings.Contains(line, "fault drill never landed") || strings.Contains(line, "pause") {
+					t.Errorf("not-tested line %q, want it to name drill alone", line)
+				}
+				want := checkers.Unknown
+				if optional {
+					want = checkers.Valid
+				}
+				if r.Valid != want {
+					t.Fatalf("optional %v: verdict %s (%v), want %s", optional, r.Valid, r.Reasons, want)
+				}
+				if !optional && !slices.Contains(r.Reasons, line) {
+					t.Errorf("reasons %v do not say it was not tested", r.Reasons)
+				}
+				// results.json records the counts, and a re-check of the
+				// stored run judges it the same way.
+				if got := readResults(t, out.Dir)["faults_not_landed"]; fmt.Sprint(got) != "[drill]" {
+					t.Errorf("results.json faults_not_landed = %v", got)
+				}
+				re, _, err := harness.Recheck(context.Background(), out.Dir, time.Minute)
+				if err != nil || re.Valid != want {
+					t.Errorf("re-check: %v, %v; want %s", re.Valid, err, want)
+				}
+			}
+		})
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
@@ -56,6 +58,12 @@ type Results struct {
 	Checkers checkers.Results `json:"checkers"`
 	// Faults lists every fault window.
 	Faults []checkers.Window `json:"faults"`
+	// Landed says, per requested fault kind (Config.Nemesis), how many
+	// faults of it came into force and on what. A kind that never landed
+	// leaves the run not tested (NotLanded), unless Config.FaultsOptional.
+	Landed []Landing `json:"faults_landed"`
+	// NotLanded names the requested fault kinds that never came into force.
+	NotLanded []string `json:"faults_not_landed,omitempty"`
 	// Metrics are the lock metrics the lock-safety brief asks for.
 	Metrics RunMetrics `json:"metrics"`
 	// History says what was read back from history.jsonl.
@@ -180,4 +188,83 @@ func Metrics(in checkers.Input) RunMetrics {
 		m.OpsPerSecond = float64(n) / time.Duration(last-first).Seconds()
 	}
 	return m
+}
+
+// Landing is what one requested fault kind did in a run.
+type Landing struct {
+	// F is the fault kind ("kill").
+	F string `json:"f"`
+	// Count is how many of its faults came into force (a start event).
+	Count int `json:"count"`
+	// Targets counts them by what they hit ("n1": 2, "c3": 1).
+	Targets map[string]int `json:"targets,omitempty"`
+	// Failed counts the injections that failed (an error event), and
+	// LastError is the last one's message.
+	Failed    int    `json:"failed,omitempty"`
+	LastError string `json:"last_error,omitempty"`
+}
+
+// landings counts, for each fault kind named in requested (a --nemesis
+// list), the faults that came into force in events (nemesis events) and
+// those whose injection failed; it returns them in the list's order with
+// the kinds that never landed. A list that cannot be read (or "none")
+// requests nothing.
+func landings(requested string, events []history.Event) ([]Landing, []string) {
+	names, err := nemesis.Select(requested)
+	if err != nil || len(names) == 0 {
+		return nil, nil
+	}
+	out := make([]Landing, len(names))
+	idx := make(map[string]int, len(names))
+	for i, n := range names {
+		out[i], idx[n] = Landing{F: n}, i
+	}
+	for _, e := range events {
+		i, ok := idx[e.F]
+		if !ok || e.Type != history.Nemesis {
+			continue
+		}
+		switch e.Phase {
+		case history.PhaseStart:
+			l := &out[i]
+			l.Count++
+			if l.Targets == nil {
+				l.Targets = map[string]int{}
+			}
+			for _, t := range e.Targets {
+				l.Targets[t]++
+			}
+		case "error":
+			out[i].Failed++
+			out[i].LastError = e.Detail
+		}
+	}
+	var missing []string
+	for _, l := range out {
+		if l.Count == 0 {
+			missing = append(missing, l.F)
+		}
+	}
+	return out, missing
+}
+
+// NotTestedLine is one line saying which requested faults never landed
+// (empty when all did), naming the failed injections' last error and the
+// way to judge such a run anyway.
+func (r *Results) NotTestedLine() string {
+	if len(r.NotLanded) == 0 {
+		return ""
+	}
+	var parts []string
+	for _, l := range r.Landed {
+		if l.Count > 0 {
+			continue
+		}
+		p := "fault " + l.F + " never landed"
+		if l.Failed > 0 {
+			p += fmt.Sprintf(" (%d injections failed, the last: %s)", l.Failed, l.LastError)
+		}
+		parts = append(parts, p)
+	}
+	return "not tested: " + strings.Join(parts, "; ") + " (a longer --time-limit or a shorter --nemesis-interval lets it land; --faults-optional judges the run anyway)"
 }

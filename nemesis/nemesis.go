@@ -134,7 +134,8 @@ func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
 }
 
-// Run injects faults from nemeses on sched until ctx is done, recording
+// Run injects faults from nemeses on sched until ctx is done, each kind
+// once in every round of len(nemeses) faults, in a random order, recording
 // each start and end on rec. Faults still in force when ctx ends are healed
 // with healCtx's deadline before Run returns. Injection errors are logged
 // and recorded; they do not stop the schedule. Heal errors are returned:
@@ -144,14 +145,26 @@ func Run(ctx context.Context, nemeses []Nemesis, env *Env, sched Schedule, rng *
 		<-ctx.Done()
 		return nil
 	}
-	var healErrs []error
+	var (
+		healErrs []error
+		deck     []Nemesis
+	)
 	for {
 		select {
 		case <-ctx.Done():
 			return errors.Join(healErrs...)
 		case <-time.After(jitter(rng, sched.Interval)):
 		}
-		n := nemeses[rng.IntN(len(nemeses))]
+		// Drawn from a deck holding each nemesis once, refilled when
+		// empty: every kind comes into the first len(nemeses) faults, so a
+		// short run lands each fault it asks for (a run in which one never
+		// landed is not tested).
+		if len(deck) == 0 {
+			deck = slices.Clone(nemeses)
+		}
+		i := rng.IntN(len(deck))
+		n := deck[i]
+		deck = slices.Delete(deck, i, i+1)
 		f, ierr := n.Inject(ctx, env, rng)
 		if ierr != nil {
 			if ctx.Err() != nil {

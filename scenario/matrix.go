@@ -778,6 +778,11 @@ func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, e Entry, targe
 	row.HoldP99, row.LeaseTTL = res.Metrics.Hold.P99, cfg.LeaseTTL
 	row.countFaults(res.Faults)
 	row.Mismatches = expect.Mismatches(res)
+	if line := res.NotTestedLine(); line != "" && !cfg.FaultsOptional {
+		// The cell is about its faults: one that never landed leaves it
+		// not tested, whatever the verdict.
+		row.Mismatches = append(row.Mismatches, line)
+	}
 	return row
 }
 

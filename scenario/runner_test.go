@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/splitbrain/splitbrain/harness/harnesstest"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/memrt"
+	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/inmem"
 )
 
@@ -208,4 +211,37 @@ func (c *runCounter) runtimes() []*memrt.Runtime {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return append([]*memrt.Runtime(nil), c.rts...)
+}
+
+// TestCellWhoseFaultNeverLandedIsNotTested: a matrix cell whose fault
+// never came into force (here the schedule's first fault would come after
+// the run) fails as not tested, naming the fault, even though its verdict
+// (valid, as expected) would otherwise pass it; the same cell with the
+// fault landing passes.
+func TestCellWhoseFaultNeverLandedIsNotTested(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the harness for a few seconds")
+	}
+	for _, tc := range []struct {
+		interval time.Duration
+		pass     bool
+	}{{time.Hour, false}, {200 * time.Millisecond, true}} {
+		sc := Scenario{
+			Name: "paused-counter",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "pause", 1, 2
+				c.NemesisInterval, c.FaultMin, c.FaultMax = tc.interval, 100*time.Millisecond, 200*time.Millisecond
+			},
+			Expect: Expect{Valid: verdict(checkers.Valid)},
+		}
+		w := harnesstest.World{Target: inmem.Target{Alias: "redis"}}
+		rn := &Runner{Deps: w.Deps(t), ResultsDir: t.TempDir()}
+		row := rn.one(context.Background(), &Set{Name: "t", TimeLimit: 2 * time.Second}, sc, Entry{Scenario: sc.Name}, "redis", "", 1, sc.Expect)
+		if row.Error != "" || row.Pass() != tc.pass {
+			t.Fatalf("interval %v: pass %v, mismatches %q, error %q; want pass %v", tc.interval, row.Pass(), row.Mismatches, row.Error, tc.pass)
+		}
+		if !tc.pass && !slices.ContainsFunc(row.Mismatches, func(m string) bool { return strings.HasPrefix(m, "not tested: fault pause never landed") }) {
+			t.Fatalf("mismatches %q do not say the pause never landed", row.Mismatches)
+		}
+	}
 }

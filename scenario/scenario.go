@@ -428,6 +428,15 @@ func Catalogue() []Scenario {
 					// killed: anti-pattern 7's business, not this one's.
 					c.Nemesis = "pause,partition"
 				}
+				// Each kind must land for the run to be tested. Faults come
+				// each kind once a round (nemesis.Run), TTL+1..TTL+2 s each
+				// (past the lease) after 0.5-1.5 s of quiet: the last kind
+				// starts by k×1.5 s + (k-1)×(TTL+2 s); the run lasts that
+				// and 2 s a fault more, for slow kills and heals on a
+				// loaded machine (18.5 s for three kinds at the 2 s TTL).
+				c.NemesisInterval, c.FaultMax = time.Second, c.LeaseTTL+2*time.Second
+				k := time.Duration(strings.Count(c.Nemesis, ",") + 1)
+				c.TimeLimit = max(c.TimeLimit, k*3500*time.Millisecond+(k-1)*c.FaultMax)
 			},
 			// Safe, and never stuck: a key may wait out a fault (at most
 			// 2×TTL+1 s) and a lease, not much more.

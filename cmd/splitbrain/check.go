@@ -77,7 +77,7 @@ func newCheckCmd(_ *globalFlags) *cobra.Command {
 					fmt.Fprintf(cmd.OutOrStdout(), "report: %s\n", filepath.Join(dir, report.ReportFile))
 				}
 			}
-			return &exitError{code: verdictCode(res.Valid)}
+			return resultsExit(res)
 		},
 	}
 	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "bound on the linearizability check (past it: unknown)")

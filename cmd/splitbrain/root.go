@@ -46,6 +46,16 @@ func verdictCode(v checkers.Verdict) int {
 	}
 }
 
+// resultsExit ends a run or a check with its verdict's exit code; a run
+// left not tested because a requested fault never landed (unknown, see
+// [harness.Results.NotTestedLine]) says so in one line.
+func resultsExit(r *harness.Results) error {
+	if line := r.NotTestedLine(); line != "" && r.Valid == checkers.Unknown && !r.Config.FaultsOptional {
+		return &exitError{code: exitUnknown, err: errors.New(line)}
+	}
+	return &exitError{code: verdictCode(r.Valid)}
+}
+
 // execute runs the CLI and returns the process exit code. Errors are
 // printed as one line, never a stack trace.
 func execute(args []string, stdout, stderr io.Writer) int {

@@ -62,6 +62,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	f.DurationVar(&cfg.FaultMin, "fault-min", 0, "shortest fault (default: lease TTL + 1s)")
 	f.DurationVar(&cfg.FaultMax, "fault-max", 0, "longest fault (default: 2 x lease TTL + 1s)")
 	cfg.Faults.Flags(f)
+	f.BoolVar(&cfg.FaultsOptional, "faults-optional", false, "judge the run even when a requested fault never landed (by default such a run is not tested: exit 2)")
 	f.DurationVar(&cfg.AcquireTimeout, "acquire-timeout", cfg.AcquireTimeout, "how long a client waits for a lock")
 	f.DurationVar(&cfg.StoreTimeout, "store-timeout", cfg.StoreTimeout, "timeout of each counter-store request")
 	f.DurationVar(&cfg.OpTimeout, "op-timeout", cfg.OpTimeout, "how long the harness waits for one operation")
@@ -240,7 +241,7 @@ func runTest(ctx context.Context, cfg harness.Config, sf *sshFlags, g *globalFla
 	if err != nil {
 		return err
 	}
-	return &exitError{code: verdictCode(out.Results.Valid)}
+	return resultsExit(out.Results)
 }
 
 // withReports makes runs write report.html and, on a terminal, show a
