@@ -217,6 +217,10 @@ type runRow struct {
 	Ops, Lost, Rejections, Overlaps string
 	OpsPerSecond                    string
 	HasReport                       bool
+	// Failed is the first harness error of a run that went wrong in the
+	// harness (a setup that died), "" otherwise: such a run is marked in
+	// every list and left out of the comparison's figures.
+	Failed string
 	RunID                           string
 }
 
@@ -262,7 +266,17 @@ func (s *Server) row(e RunEntry) runRow {
 		Rejections: strconv.Itoa(r.Metrics.FencingRejections), Overlaps: strconv.Itoa(overlapCount(r)),
 		OpsPerSecond: trimFloat(r.Metrics.OpsPerSecond, 1), HasReport: err == nil,
 		Scenario: r.Config.Scenario, ScenarioTitle: scenarioTitle(r.Config.Scenario), Setup: setup(r),
+		Failed: failure(r),
 	}
+}
+
+// failure is the first harness error of run r ("" when none): a run that
+// died in its setup has no history worth averaging.
+func failure(r *Run) string {
+	if len(r.Errors) == 0 {
+		return ""
+	}
+	return r.Errors[0]
 }
 
 // scenarioTitle is the catalogue's line for the scenario called name
@@ -345,7 +359,10 @@ type targetSummary struct {
 	Lost                    int64
 	LostPerRun              string
 	Rejections, Overlaps    int
-	Rows                    []runRow
+	// Failed counts the runs that went wrong in the harness: listed, but
+	// in none of the figures above.
+	Failed int
+	Rows   []runRow
 }
 
 type comparePage struct {
@@ -383,6 +400,11 @@ func (s *Server) compare(w http.ResponseWriter, r *http.Request) {
 				by[key] = t
 				names = append(names, key)
 			}
+			t.Rows = append(t.Rows, s.row(e))
+			if failure(run) != "" {
+				t.Failed++
+				continue
+			}
 			t.Runs++
 			switch run.Valid {
 			case checkers.Valid:
@@ -396,13 +418,14 @@ func (s *Server) compare(w http.ResponseWriter, r *http.Request) {
 			t.Lost += lostUpdates(run)
 			t.Rejections += run.Metrics.FencingRejections
 			t.Overlaps += overlapCount(run)
-			t.Rows = append(t.Rows, s.row(e))
 		}
 		sort.Strings(names)
 		for _, n := range names {
 			t := by[n]
-			t.OpsPerSecond = trimFloat(rate[n]/float64(t.Runs), 1)
-			t.LostPerRun = trimFloat(float64(t.Lost)/float64(t.Runs), 1)
+			if t.Runs > 0 {
+				t.OpsPerSecond = trimFloat(rate[n]/float64(t.Runs), 1)
+				t.LostPerRun = trimFloat(float64(t.Lost)/float64(t.Runs), 1)
+			}
 			p.Targets = append(p.Targets, *t)
 		}
 	}

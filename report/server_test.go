@@ -272,3 +272,34 @@ func TestServeMatrix(t *testing.T) {
 		t.Fatalf("unknown matrix: %d", resp.StatusCode)
 	}
 }
+
+// TestServeFailedRun: a run that died in the harness is marked in the
+// list, listed on the comparison but left out of its figures (its zero
+// ops/s would halve the mean of the run that worked).
+func TestServeFailedRun(t *testing.T) {
+	root := runsDir(t)
+	dir := filepath.Join(root, "redis-unfenced-counter-pause", "20261205T120000000Z")
+	fixture(t, dir, testdata(t, "lost-update-invalid"), func(r map[string]any) {
+		r["errors"] = []string{"setup: start container n1: no such image"}
+		r["valid"] = "unknown"
+		r["metrics"] = map[string]any{"ops_per_second": 0, "fencing_rejections": 0}
+	})
+	s := newTestServer(t, root)
+	_, body := get(t, s, "/compare?workload=unfenced-counter&nemesis=pause")
+	for _, w := range []string{
+		`<a href="#target-redis">redis</a></th><td class="num">1</td><td class="num v-valid">0</td><td class="num v-invalid">1</td><td class="num v-unknown">0</td>`,
+		"Left out: 1 run that failed in the harness",
+		"/redis-unfenced-counter-pause/20261205T120000000Z/",
+	} {
+		if !strings.Contains(body, w) {
+			t.Errorf("compare page lacks %q", w)
+		}
+	}
+	_, body = get(t, s, "/")
+	if n := strings.Count(body, "failed in the harness</div>"); n != 1 {
+		t.Errorf("the run list marks %d runs as failed, want 1", n)
+	}
+	if !strings.Contains(body, `title="setup: start container n1: no such image"`) {
+		t.Error("the mark does not carry the harness error")
+	}
+}
