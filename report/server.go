@@ -221,7 +221,7 @@ type runRow struct {
 	// harness (a setup that died), "" otherwise: such a run is marked in
 	// every list and left out of the comparison's figures.
 	Failed string
-	RunID                           string
+	RunID  string
 }
 
 type compareLink struct {
