@@ -218,7 +218,10 @@ type checkerRow struct {
 }
 
 type reportPage struct {
-	Title        string
+	Title string
+	// Heading names the run: its scenario, target and client, workload
+	// and faults (runTitle).
+	Heading      string
 	Run          *Run
 	Verdict      string
 	Headline     string
@@ -247,6 +250,20 @@ type reportPage struct {
 	Lines []VerdictLine
 }
 
+// runTitle names a run as its report's title does: the catalogue scenario
+// it came from, the target with its client, the workload and the faults.
+func runTitle(run *Run) string {
+	t := run.Target
+	if c := clientShort(run); c != "" {
+		t += " with " + c
+	}
+	t += " · " + run.Workload + " · " + run.Nemesis
+	if run.Config.Scenario != "" {
+		t = run.Config.Scenario + ": " + t
+	}
+	return t
+}
+
 func buildPage(root *os.Root, x *Explained, noHistory bool) *reportPage {
 	start := time.Now()
 	run, in, anomalies := x.run, x.in, x.anomalies
@@ -256,7 +273,8 @@ func buildPage(root *os.Root, x *Explained, noHistory bool) *reportPage {
 	}
 	tf := newTimeFmt(in.End, run.TestStart)
 	p := &reportPage{
-		Title:     fmt.Sprintf("%s · %s · %s — %s", run.Target, run.Workload, run.Nemesis, run.Valid),
+		Title:     runTitle(run) + " — " + run.Valid.String(),
+		Heading:   runTitle(run),
 		Run:       run,
 		Verdict:   run.Valid.String(),
 		NoHistory: noHistory,

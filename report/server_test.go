@@ -303,3 +303,16 @@ func TestServeFailedRun(t *testing.T) {
 		t.Error("the mark does not carry the harness error")
 	}
 }
+
+// TestReportTitleNamesTheRun: a report's title and heading name the
+// scenario, the target and the faults, not the run id alone.
+func TestReportTitleNamesTheRun(t *testing.T) {
+	root := runsDir(t)
+	s := newTestServer(t, root)
+	_, body := get(t, s, "/runs/redis-fenced-counter-pause/20261202T120000000Z/report.html")
+	for _, w := range []string{"<title>bypass-writer: redis · fenced-counter · pause — ", "<h1>bypass-writer: redis · fenced-counter · pause</h1>"} {
+		if !strings.Contains(body, w) {
+			t.Errorf("report lacks %q", w)
+		}
+	}
+}
