@@ -407,7 +407,7 @@ func Apply(ctx context.Context, env *Env, g Grudge) error {
 	return forNodes(ctx, hosts, func(ctx context.Context, n runtime.Node) error {
 		script := []string{"set -e", "iptables -w -N " + runtime.IptablesChain, "iptables -w -I INPUT 1 -j " + runtime.IptablesChain}
 		for _, src := range drops[addrs[n.Name()]] {
-			script = append(script, "iptables -w -A "+runtime.IptablesChain+" -s "+ShellQuote(src)+" -j DROP")
+			script = append(script, "iptables -w -A "+runtime.IptablesChain+" -s "+runtime.ShellQuote(src)+" -j DROP")
 		}
 		if _, err := runtime.Run(ctx, n, "sh", "-c", strings.Join(script, "\n")); err != nil {
 			return fmt.Errorf("install rules in %s: %w", n.Name(), err)
@@ -453,10 +453,4 @@ func forNodes(ctx context.Context, nodes []runtime.Node, f func(context.Context,
 	}
 	wg.Wait()
 	return errors.Join(errs...)
-}
-
-// ShellQuote quotes s for a POSIX shell, so that no argument is ever
-// spliced into a command line unescaped.
-func ShellQuote(s string) string {
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -92,7 +92,7 @@ func probeLink(ctx context.Context, a, b runtime.Node, port int) (bool, error) {
 		func(ctx context.Context) error { _, err := runtime.Run(ctx, b, "sh", "-c", bound); return err }); err != nil {
 		return false, err
 	}
-	send := "for i in $(seq 20); do echo x; sleep 0.1; done | nc -u -w1 -q1 " + ShellQuote(b.Addr().String()) + " " + p
+	send := "for i in $(seq 20); do echo x; sleep 0.1; done | nc -u -w1 -q1 " + runtime.ShellQuote(b.Addr().String()) + " " + p
 	if _, err := runtime.Run(ctx, a, "sh", "-c", send); err != nil {
 		return false, fmt.Errorf("send from %s: %w", a.Name(), err)
 	}

@@ -8,7 +8,9 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"syscall"
 	"testing"
@@ -200,5 +202,44 @@ func TestServeConsoleStdio(t *testing.T) {
 	}
 	if gotIn != os.Stdin || gotOut != os.Stdout {
 		t.Fatal("without the socket variable the console is stdin and stdout")
+	}
+}
+
+// TestShellQuote: words made of safe characters stay as they are, the rest
+// is single-quoted, and sh parses a ShellLine back into exactly its argv.
+func TestShellQuote(t *testing.T) {
+	tests := []struct {
+		in   string
+		want string // the quoted form
+	}{
+		{"plain", "plain"},
+		{"/usr/local/bin/splitbrain", "/usr/local/bin/splitbrain"},
+		{"--flag=a,b:c@d%e+f", "--flag=a,b:c@d%e+f"},
+		{"", "''"},
+		{"a b", "'a b'"},
+		{"it's", `'it'\''s'`},
+		{"$HOME", "'$HOME'"},
+		{"`id`; rm -rf /", "'`id`; rm -rf /'"},
+		{"*", "'*'"},
+		{"line\nbreak", "'line\nbreak'"},
+		{`back\slash "dq"`, `'back\slash "dq"'`},
+		{"'", `''\'''`},
+	}
+	var argv []string
+	for _, tt := range tests {
+		if got := runtime.ShellQuote(tt.in); got != tt.want {
+			t.Errorf("runtime.ShellQuote(%q) = %s, want %s", tt.in, got, tt.want)
+		}
+		argv = append(argv, tt.in)
+	}
+	// The shell parses the command line back into exactly argv.
+	line := runtime.ShellLine(append([]string{"printf", `%s\0`}, argv...))
+	out, err := exec.Command("sh", "-c", line).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	if !reflect.DeepEqual(got, argv) {
+		t.Fatalf("sh parsed %q, want %q", got, argv)
 	}
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/spf13/cobra"
 
-	"github.com/splitbrain/splitbrain/runtime/ssh"
+	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/external"
 )
@@ -74,7 +74,7 @@ func newClientCheckCmd(g *globalFlags) *cobra.Command {
 			defer stop()
 			command := args[0]
 			if len(args) > 1 {
-				command = ssh.CommandLine(args)
+				command = runtime.ShellLine(args)
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Minute)
 			defer cancel()

@@ -130,7 +130,7 @@ func netemArgs(effect string, s Spec) string {
 
 // ifaceOf is a shell snippet that sets IF to the interface holding addr.
 func ifaceOf(addr netip.Addr) string {
-	return "IF=$(ip -o -4 addr show | awk -v a=" + nemesis.ShellQuote(addr.String()) + ` '{split($4,p,"/"); if (p[1]==a) {sub(/@.*/,"",$2); print $2; exit}}')` + "\n" +
+	return "IF=$(ip -o -4 addr show | awk -v a=" + runtime.ShellQuote(addr.String()) + ` '{split($4,p,"/"); if (p[1]==a) {sub(/@.*/,"",$2); print $2; exit}}')` + "\n" +
 		`[ -n "$IF" ] || { echo "no interface holds ` + addr.String() + `" >&2; exit 1; }`
 }
 

@@ -63,10 +63,10 @@ func (e *HostKeyError) Error() string {
 	case e.Changed():
 		k := e.Known[0]
 		return fmt.Sprintf("ssh %s (%s): host key CHANGED: it presented %s but %s:%d has another key — someone may be intercepting the connection; if the host was reinstalled, verify the new key and replace the entry (ssh-keygen -R %s -f %s, then ssh-keyscan -p %s %s >> %s)",
-			e.Host, e.Addr, fp, k.Filename, k.Line, Quote(knownhosts.Normalize(e.Addr)), Quote(k.Filename), port, Quote(host), Quote(k.Filename))
+			e.Host, e.Addr, fp, k.Filename, k.Line, runtime.ShellQuote(knownhosts.Normalize(e.Addr)), runtime.ShellQuote(k.Filename), port, runtime.ShellQuote(host), runtime.ShellQuote(k.Filename))
 	default:
 		return fmt.Sprintf("ssh %s (%s): host key %s is not in %s; verify its fingerprint and add it (ssh-keyscan -p %s %s >> %s), or pass --known-hosts FILE",
-			e.Host, e.Addr, fp, files, port, Quote(host), Quote(first))
+			e.Host, e.Addr, fp, files, port, runtime.ShellQuote(host), runtime.ShellQuote(first))
 	}
 }
 
@@ -195,7 +195,7 @@ func authMethods(a Auth) (methods []ssh.AuthMethod, closers []io.Closer, err err
 		s, err := ssh.ParsePrivateKey(b)
 		var pm *ssh.PassphraseMissingError
 		if errors.As(err, &pm) {
-			return nil, nil, fmt.Errorf("ssh key %s is passphrase-protected: load it into ssh-agent (ssh-add %s) and run again", path, Quote(path))
+			return nil, nil, fmt.Errorf("ssh key %s is passphrase-protected: load it into ssh-agent (ssh-add %s) and run again", path, runtime.ShellQuote(path))
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("parse ssh key %s: %w", path, err)
@@ -533,12 +533,12 @@ func signalNumber(name string) int {
 // wrapping runtime.ErrExit with stderr.
 func (c *conn) output(ctx context.Context, argv []string, stdin io.Reader) ([]byte, error) {
 	var out, errb bytes.Buffer
-	code, err := c.run(ctx, CommandLine(argv), stdin, &out, &errb)
+	code, err := c.run(ctx, runtime.ShellLine(argv), stdin, &out, &errb)
 	if err != nil {
 		return out.Bytes(), err
 	}
 	if code != 0 {
-		return out.Bytes(), fmt.Errorf("ssh %s: %s: exit %d: %w: %s", c.name, abbrev(CommandLine(argv)), code, runtime.ErrExit, strings.TrimSpace(tailString(errb.String(), 800)))
+		return out.Bytes(), fmt.Errorf("ssh %s: %s: exit %d: %w: %s", c.name, abbrev(runtime.ShellLine(argv)), code, runtime.ErrExit, strings.TrimSpace(tailString(errb.String(), 800)))
 	}
 	return out.Bytes(), nil
 }

@@ -1,7 +1,6 @@
 package ssh
 
 import (
-	"os/exec"
 	"reflect"
 	"strings"
 	"testing"
@@ -151,42 +150,5 @@ func TestPlace(t *testing.T) {
 				t.Fatalf("got %v, want %v", got, tt.want)
 			}
 		})
-	}
-}
-
-func TestQuoteRoundTrip(t *testing.T) {
-	tests := []struct {
-		in   string
-		want string // the quoted form
-	}{
-		{"plain", "plain"},
-		{"/usr/local/bin/splitbrain", "/usr/local/bin/splitbrain"},
-		{"--flag=a,b:c@d%e+f", "--flag=a,b:c@d%e+f"},
-		{"", "''"},
-		{"a b", "'a b'"},
-		{"it's", `'it'\''s'`},
-		{"$HOME", "'$HOME'"},
-		{"`id`; rm -rf /", "'`id`; rm -rf /'"},
-		{"*", "'*'"},
-		{"line\nbreak", "'line\nbreak'"},
-		{`back\slash "dq"`, `'back\slash "dq"'`},
-		{"'", `''\'''`},
-	}
-	var argv []string
-	for _, tt := range tests {
-		if got := Quote(tt.in); got != tt.want {
-			t.Errorf("Quote(%q) = %s, want %s", tt.in, got, tt.want)
-		}
-		argv = append(argv, tt.in)
-	}
-	// The shell parses the command line back into exactly argv.
-	line := CommandLine(append([]string{"printf", `%s\0`}, argv...))
-	out, err := exec.Command("sh", "-c", line).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
-	if !reflect.DeepEqual(got, argv) {
-		t.Fatalf("sh parsed %q, want %q", got, argv)
 	}
 }

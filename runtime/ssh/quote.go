@@ -1,46 +1,5 @@
 package ssh
 
-import "strings"
-
-// Quote quotes s for a POSIX shell: words made only of safe characters are
-// left as they are, anything else is put in single quotes (closing them,
-// escaping and reopening them around each single quote inside). The remote
-// login shell parses the result back into exactly s.
-func Quote(s string) string {
-	if s == "" {
-		return "''"
-	}
-	safe := true
-	for _, c := range s {
-		if !isSafe(c) {
-			safe = false
-			break
-		}
-	}
-	if safe {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-}
-
-func isSafe(c rune) bool {
-	switch {
-	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		return true
-	}
-	return strings.ContainsRune("@%+=:,./_-", c)
-}
-
-// CommandLine joins argv into one shell command line, every argument
-// quoted: what an SSH "exec" request carries.
-func CommandLine(argv []string) string {
-	q := make([]string, len(argv))
-	for i, a := range argv {
-		q[i] = Quote(a)
-	}
-	return strings.Join(q, " ")
-}
-
 // shArgv runs script with sh, its arguments passed as $1, $2, ... so that
 // no value is ever spliced into the script itself.
 func shArgv(script string, args ...string) []string {

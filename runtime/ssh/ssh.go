@@ -717,7 +717,7 @@ func (n *Node) start(ctx context.Context) error {
 	}
 	args := append([]string{n.dir, n.logFile(), strconv.FormatFloat(settle.Seconds(), 'f', 3, 64), n.stateDirs(), n.program()}, n.cmd...)
 	var out, errb bytes.Buffer
-	code, err := n.h.conn.run(ctx, CommandLine(n.h.privileged(shArgv(startScript, args...))), nil, &out, &errb)
+	code, err := n.h.conn.run(ctx, runtime.ShellLine(n.h.privileged(shArgv(startScript, args...))), nil, &out, &errb)
 	if err != nil {
 		return fmt.Errorf("start %s on %s: %w", n.Name(), n.h.Name, err)
 	}
@@ -777,7 +777,7 @@ func (n *Node) startConsole(ctx context.Context) error {
 	// Interactive nodes run as the login user: the session's process is
 	// then the agent itself, which signals reach directly (sudo would sit in
 	// between and stop itself when the agent is stopped).
-	cmdline := CommandLine(shArgv(consoleScript, append([]string{n.dir, n.logFile(), n.program()}, n.cmd...)...))
+	cmdline := runtime.ShellLine(shArgv(consoleScript, append([]string{n.dir, n.logFile(), n.program()}, n.cmd...)...))
 	if err := s.Start(cmdline); err != nil {
 		s.Close()
 		return fmt.Errorf("start %s on %s: %w", n.Name(), n.h.Name, err)
@@ -877,7 +877,7 @@ func (n *Node) Exec(ctx context.Context, argv []string) (runtime.ExecResult, err
 	ctx, cancel := n.timeout(ctx)
 	defer cancel()
 	var out, errb bytes.Buffer
-	code, err := n.h.conn.run(ctx, CommandLine(n.h.privileged(n.rewrite(argv))), nil, &out, &errb)
+	code, err := n.h.conn.run(ctx, runtime.ShellLine(n.h.privileged(n.rewrite(argv))), nil, &out, &errb)
 	res.Stdout, res.Stderr, res.ExitCode = out.Bytes(), errb.Bytes(), code
 	if err != nil {
 		return res, fmt.Errorf("exec %v in %s: %w", argv, n.Name(), err)
@@ -923,7 +923,7 @@ func (n *Node) Logs(ctx context.Context, w io.Writer) error {
 	ctx, cancel := n.timeout(ctx)
 	defer cancel()
 	var errb bytes.Buffer
-	code, err := n.h.conn.run(ctx, CommandLine(n.h.privileged([]string{"cat", "--", n.logFile()})), nil, w, &errb)
+	code, err := n.h.conn.run(ctx, runtime.ShellLine(n.h.privileged([]string{"cat", "--", n.logFile()})), nil, w, &errb)
 	if err == nil && code != 0 {
 		err = fmt.Errorf("exit %d: %w: %s", code, runtime.ErrExit, strings.TrimSpace(errb.String()))
 	}
@@ -936,7 +936,7 @@ func (n *Node) Logs(ctx context.Context, w io.Writer) error {
 // alive reports whether the main process runs (or is stopped).
 func (n *Node) alive(ctx context.Context, pid int) (bool, error) {
 	var errb bytes.Buffer
-	code, err := n.h.conn.run(ctx, CommandLine(n.h.privileged(shArgv(aliveScript, strconv.Itoa(pid)))), nil, io.Discard, &errb)
+	code, err := n.h.conn.run(ctx, runtime.ShellLine(n.h.privileged(shArgv(aliveScript, strconv.Itoa(pid)))), nil, io.Discard, &errb)
 	if err != nil {
 		return false, err
 	}
