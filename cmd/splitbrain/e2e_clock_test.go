@@ -108,13 +108,17 @@ func TestClockRedisVerdicts(t *testing.T) {
 // bumped forward past the TTL sees every live lock as expired and steals
 // it: overlapping holders and, unfenced, lost updates. Without clock
 // faults the same recipe is correct (checked by the harness's own tests
-// of the recipe).
+// of the recipe). Forced: jumps of 5-10 s (every live lock looks expired
+// to the jumped client, whatever its age) and about five faults of 3-5 s
+// in 20 s, so that a client jumped while it waits steals even on a loaded
+// machine (2 jumps of 2-6 s in 15 s once gave no overlap under load).
 func TestClockRedisClientExpiry(t *testing.T) {
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	code, res, _ := e2eRun(t, "run", "--target", "redis", "--workload", "unfenced-counter", "--nemesis", "clock",
-		"--recipe-opt", "expiry=client", "--time-limit", "15s", "--concurrency", "4", "--keys", "1", "--work", "300ms",
-		"--nemesis-interval", "2s", "--clock-targets", "client=1", "--clock-modes", "bump", "--clock-direction", "forward", "--seed", "2")
+		"--recipe-opt", "expiry=client", "--time-limit", "20s", "--concurrency", "4", "--keys", "1", "--work", "300ms",
+		"--nemesis-interval", "1s", "--clock-targets", "client=1", "--clock-modes", "bump", "--clock-direction", "forward",
+		"--clock-min", "5s", "--clock-max", "10s", "--seed", "2")
 	if code != exitInvalid || res["valid"] != false {
 		t.Fatalf("exit %d, valid %v", code, res["valid"])
 	}
