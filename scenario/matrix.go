@@ -26,6 +26,7 @@ import (
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/workloads"
 )
 
 //go:embed sets/*.yaml
@@ -746,7 +747,7 @@ func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, e Entry, targe
 		row.Error = err.Error()
 		return row
 	}
-	row.Fenced, row.Options = cfg.Workload == "fenced-counter" && cfg.Bypass == "", cfg.RecipeOptions
+	row.Fenced, row.Options = cfg.Workload == workloads.FencedCounter && cfg.Bypass == "", cfg.RecipeOptions
 	start := time.Now()
 	out, err := harness.Run(ctx, cfg, rn.Deps)
 	row.Duration = time.Since(start)

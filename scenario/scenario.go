@@ -19,6 +19,7 @@ import (
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/workloads"
 )
 
 // KnownBug is the AntiPattern of a scenario that reproduces a bug reported
@@ -414,7 +415,7 @@ func Catalogue() []Scenario {
 			Name: "correct-pattern", AntiPattern: 0, Needs: []Need{Fencing, KeepsGrants},
 			Title: "lease + owner-checked release + fencing keeps the data correct under pauses, partitions and kills",
 			Apply: func(c *harness.Config, b targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys = "fenced-counter", "pause,partition,kill", 2
+				c.Workload, c.Nemesis, c.Keys = workloads.FencedCounter, "pause,partition,kill", 2
 				switch {
 				case b.Durable:
 				case len(b.DurableWith) > 0:
@@ -446,7 +447,7 @@ func Catalogue() []Scenario {
 			Name: "holder-lost-recovery", AntiPattern: 0, Needs: []Need{Fencing},
 			Title: "a killed holder's lease expires on the service's side and the lock is granted again",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "kill", 1, 3
 				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
 			},
@@ -456,7 +457,7 @@ func Catalogue() []Scenario {
 			Name: "no-expiry-deadlock", AntiPattern: 1, Needs: []Need{RecipeOption("expiry", "none"), Fencing},
 			Title: "a lock without expiry whose holder is killed deadlocks everyone",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "kill", 1, 3
 				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
 				c.RecipeOptions = map[string]string{"expiry": "none"}
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
@@ -467,7 +468,7 @@ func Catalogue() []Scenario {
 			Name: "long-ttl-unavailable", AntiPattern: 2, Needs: []Need{FixedTTL, Fencing},
 			Title: "a huge TTL keeps the lock unavailable for a whole TTL after its holder is lost",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "kill", 1, 3
 				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
 				c.LeaseTTL, c.AcquireTimeout = 10*time.Second, 2*time.Second
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
@@ -479,7 +480,7 @@ func Catalogue() []Scenario {
 			Name: "client-clock-expiry", AntiPattern: 3, Needs: []Need{RecipeOption("expiry", "client")},
 			Title: "expiry judged by the holder's own wall clock breaks when a client's clock jumps",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys = "unfenced-counter", faultClock, 1
+				c.Workload, c.Nemesis, c.Keys = workloads.UnfencedCounter, faultClock, 1
 				c.RecipeOptions = map[string]string{"expiry": "client"}
 				setFault(c, faultClock, map[string]string{"clock-targets": nemesis.GroupClient, "clock-modes": "bump", "clock-direction": "forward"})
 			},
@@ -491,7 +492,7 @@ func Catalogue() []Scenario {
 			Name: "unchecked-release", AntiPattern: 4, Needs: []Need{RecipeOption("release", "unchecked")},
 			Title: "a release without an ownership check deletes someone else's lock",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "pause", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "pause", 1, 4
 				nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = holders()
 				c.RecipeOptions = map[string]string{"release": "unchecked"}
 			},
@@ -501,7 +502,7 @@ func Catalogue() []Scenario {
 			Name: "unfenced-late-write", AntiPattern: 5,
 			Title: "an expiring lock alone lets a paused holder write late and lose increments",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "pause", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "pause", 1, 4
 				nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = holders()
 				c.Work, c.NemesisInterval = 300*time.Millisecond, 2*time.Second
 			},
@@ -511,7 +512,7 @@ func Catalogue() []Scenario {
 			Name: "bypass-writer", AntiPattern: 6, Needs: []Need{SingleNode, Fencing},
 			Title: "a writer that skips the token beside fenced clients loses updates despite fencing",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency, c.Bypass = "fenced-counter", "none", 1, 4, "c1"
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency, c.Bypass = workloads.FencedCounter, "none", 1, 4, "c1"
 			},
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
@@ -519,7 +520,7 @@ func Catalogue() []Scenario {
 			Name: "single-node-away", AntiPattern: 7, Needs: []Need{SingleNode, Fencing},
 			Title: "a single-node lock backend partitioned away stops every client",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys = "fenced-counter", "partition", 2
+				c.Workload, c.Nemesis, c.Keys = workloads.FencedCounter, "partition", 2
 				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoLocksAway}
 				c.AcquireTimeout = time.Second
 			},
@@ -529,7 +530,7 @@ func Catalogue() []Scenario {
 			Name: "single-node-restart", AntiPattern: 7, Needs: []Need{SingleNode, ForgetsOnKill, Fencing},
 			Title: "a single lock node killed and restarted without persistence hands out its fencing tokens again from 1",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "kill", 1, 3
 				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = nemesis.Weights{nemesis.GroupNode: 1}
 			},
 			// The lock breaks its promise (tokens go backwards); the store
@@ -545,7 +546,7 @@ func Catalogue() []Scenario {
 				// queue is longer than the 1 s acquire timeout, so busy
 				// failures happen outside the partitions by construction;
 				// clients cut off from the lock service fail unavailable.
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "partition", 1, 8
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "partition", 1, 8
 				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
 				c.AcquireTimeout, c.Work = time.Second, 300*time.Millisecond
 			},
@@ -563,7 +564,7 @@ func Catalogue() []Scenario {
 				// A jump takes about a second to inject and verify under
 				// load: a 25 s hold sees a dozen or more, landing on three
 				// of the five masters or more.
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", faultClock, 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, faultClock, 1, 3
 				c.LeaseTTL, c.Work, c.AcquireTimeout = 30*time.Second, 25*time.Second, 30*time.Second
 				// The harness waits out a whole wait and hold, so that the
 				// second holder's operation is seen whole (not timed out).
@@ -582,7 +583,7 @@ func Catalogue() []Scenario {
 				// a TTL; here each is back within a second, empty.
 				// A kill and its restart take 3-5 s under load: a 25 s hold
 				// sees about six, on three of the five masters or more.
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "kill", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "kill", 1, 3
 				c.LeaseTTL, c.Work, c.AcquireTimeout = 30*time.Second, 25*time.Second, 30*time.Second
 				// The harness waits out a whole wait and hold, so that the
 				// second holder's operation is seen whole (not timed out).
@@ -601,7 +602,7 @@ func Catalogue() []Scenario {
 				// after the client gave up) and retries it 300 ms later
 				// with the same Mutex; on one key the same session has
 				// often locked again by then, under the same key name.
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "none", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "none", 1, 3
 				c.Work = 500 * time.Millisecond
 				c.RecipeOptions = map[string]string{"unlock": "retry", "unlock-timeout": "1ms", "unlock-retry-delay": "300ms"}
 			},
@@ -611,7 +612,7 @@ func Catalogue() []Scenario {
 			Name: "etcd-unlock-once", AntiPattern: 0, Needs: []Need{ClientOption("unlock", "once")},
 			Title: "control of etcd-unlock-retry: the same timed-out Unlocks, not retried, give no lock away",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "none", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "none", 1, 3
 				c.Work = 500 * time.Millisecond
 				c.RecipeOptions = map[string]string{"unlock": "once", "unlock-timeout": "1ms"}
 			},
@@ -624,7 +625,7 @@ func Catalogue() []Scenario {
 				// The fault that breaks a fencing token: the service that
 				// gives it forgets it (a restart without persistence) or a
 				// new leader gives one from a state behind the old one's.
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "kill", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "kill", 1, 3
 				w := nemesis.Weights{nemesis.GroupNode: 1}
 				if b.Size > 1 && b.Leads {
 					w = nemesis.Weights{nemesis.GroupLeader: 1}
@@ -643,7 +644,7 @@ func Catalogue() []Scenario {
 			Name: "late-writer-drill", AntiPattern: 0, Needs: []Need{Fencing}, Drill: true,
 			Title: "partition a slow holder from the lock service, heal, and watch fencing stop its late write",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "partition", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "partition", 1, 4
 				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
 				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
 			},
@@ -654,7 +655,7 @@ func Catalogue() []Scenario {
 			Title: "a holder's slow link to the lock service (a TTL ± a quarter on what it sends) delays its renewal past the TTL: the lease expires under a working holder and an unfenced write is lost",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				slowLockLink(c)
-				c.Workload = "unfenced-counter"
+				c.Workload = workloads.UnfencedCounter
 			},
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
@@ -663,7 +664,7 @@ func Catalogue() []Scenario {
 			Title: "the same slow link to the lock service with fencing: the lease still expires under the holder, and its stale write is refused",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				slowLockLink(c)
-				c.Workload = "fenced-counter"
+				c.Workload = workloads.FencedCounter
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid)},
 		},
@@ -671,7 +672,7 @@ func Catalogue() []Scenario {
 			Name: "slow-store-late-write", AntiPattern: 0, Needs: []Need{FixedTTL, Fencing},
 			Title: "a slow link from the holder to the store (¾ TTL on each request it sends, half a TTL of work): its write lands after its lease expired, behind the next holder's read: fencing refuses the late write",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", faultPacket, 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, faultPacket, 1, 3
 				setFault(c, faultPacket, map[string]string{"packet-effects": "latency", "packet-links": nemesis.LinkStore,
 					"packet-direction": "to", "packet-clients": "holder", "packet-latency": (c.LeaseTTL * 3 / 4).String()})
 				// The fault lands just after a grant, when the holder's
@@ -695,7 +696,7 @@ func Catalogue() []Scenario {
 			Name: "curator-disconnect-two-holders", AntiPattern: KnownBug, Needs: []Need{ClientIs("curator")},
 			Title: "Curator InterProcessMutex: a holder cut from ZooKeeper past its session timeout still holds while another acquires (CURATOR-206)",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "partition", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "partition", 1, 3
 				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
 				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
 			},
@@ -705,7 +706,7 @@ func Catalogue() []Scenario {
 			Name: "curator-session-expiry-race", AntiPattern: KnownBug, Needs: []Need{ClientIs("curator")},
 			Title: "Curator InterProcessMutex: sessions of holders and waiters expire while they are frozen, and the woken holder writes (CURATOR-604)",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "unfenced-counter", "pause", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "pause", 1, 4
 				nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = nemesis.Weights{nemesis.GroupHolder: 2, nemesis.GroupClient: 1}
 				c.Work, c.NemesisInterval = 300*time.Millisecond, 2*time.Second
 			},
@@ -739,7 +740,7 @@ func Catalogue() []Scenario {
 			Title: "known behaviour: the primary is cut off with one client while the others promote a replica: two primaries grant the lock at once (split brain), and an unfenced counter loses updates",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				splitBrain(c)
-				c.Workload = "unfenced-counter"
+				c.Workload = workloads.UnfencedCounter
 			},
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
@@ -748,7 +749,7 @@ func Catalogue() []Scenario {
 			Title: "known behaviour: the same split brain, fenced: the promoted replica counts tokens from behind the old primary's, the lock's fence order breaks, and the store refuses the tokens that went back (each token unique to the primary that gave it)",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				splitBrain(c)
-				c.Workload = "fenced-counter"
+				c.Workload = workloads.FencedCounter
 			},
 			Expect: Expect{Lock: verdict(checkers.Invalid), Data: verdict(checkers.Valid), MinRejections: 1},
 		},
@@ -757,7 +758,7 @@ func Catalogue() []Scenario {
 			Title: "known behaviour: the same split brain, fenced with the plain INCR counter: both primaries hand out the same token values, the store takes an equal token for the same holder's retry, and updates are lost despite fencing",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				splitBrain(c)
-				c.Workload = "fenced-counter"
+				c.Workload = workloads.FencedCounter
 				c.RecipeOptions = map[string]string{"token": "counter"}
 			},
 			Expect: Expect{Lock: verdict(checkers.Invalid), Data: verdict(checkers.Invalid), MinLostUpdates: 1},
@@ -767,7 +768,7 @@ func Catalogue() []Scenario {
 			Title: "the same split brain with WAIT 1 after every grant: the cut-off primary gets no replica's acknowledgement and its grants are refused, so no second holder (WAIT narrows the window: it does not make failover safe)",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				splitBrain(c)
-				c.Workload = "unfenced-counter"
+				c.Workload = workloads.UnfencedCounter
 				c.RecipeOptions = map[string]string{"wait": "1"}
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), NoEarlyOverlaps: true},
@@ -790,7 +791,7 @@ func splitBrain(c *harness.Config) {
 // it 2 s; a holder is cut from the lock service for 12 s; its lock lasts
 // as long as its session (timeout=none: no idle timeout on the session).
 func halfOpen(c *harness.Config) {
-	c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "partition", 1, 3
+	c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "partition", 1, 3
 	nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
 	c.Work, c.AcquireTimeout = 2*time.Second, 2*time.Second
 	c.FaultMin, c.FaultMax, c.NemesisInterval = 12*time.Second, 12*time.Second, time.Second
