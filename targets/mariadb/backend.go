@@ -49,7 +49,7 @@ func init() {
 		Target:  Target{},
 		Roles:   []targets.Role{NodeRole},
 		Size:    1,
-		Durable: true, // its fencing sequence survives a kill (its locks do not)
+		Durable: true, // its fencing counter survives a kill (its locks do not)
 		// The server notices a silent client within about 3 s.
 		KeepaliveWith: map[string]string{"tcp_keepalive_time": "1", "tcp_keepalive_interval": "1", "tcp_keepalive_probes": "2"},
 		Recipe:        Name,
@@ -70,14 +70,14 @@ func init() {
 		Library:  ClientLibrary,
 		Version:  targets.ModuleVersion(ClientLibrary),
 		Fencing:  true, CheckedRelease: true, Session: true,
-		Title:   "GET_LOCK named locks with go-sql-driver/mysql, token from a SEQUENCE (Go, in process)",
+		Title:   "GET_LOCK named locks with go-sql-driver/mysql, token from a counter row (Go, in process)",
 		Options: RecipeOptions(),
 		New:     NewLocker,
 	})
 	targets.RegisterRecipe(targets.Recipe{
 		Kind:     PyKind,
 		Backends: []string{Name},
-		Title:    "GET_LOCK named locks with PyMySQL, token from a SEQUENCE (Python, through the client protocol)",
+		Title:    "GET_LOCK named locks with PyMySQL, token from a counter row (Python, through the client protocol)",
 		Library:  "PyMySQL", Version: "1.0.2", Language: "python",
 		Fencing: true, CheckedRelease: true, Session: true,
 		Options:  RecipeOptions(),

@@ -30,10 +30,11 @@
 //
 // # Fencing token
 //
-// The token is NEXTVAL of one sequence (splitbrain_fence, InnoDB), taken in
-// the holder's session once the lock is granted: any later holder's NEXTVAL
-// comes after it. docs/mariadb.md says why it does not go back across a
-// kill, and when it could.
+// The token is the next value of a counter row (splitbrain_fence, InnoDB),
+// taken in the holder's session once the lock is granted, in a transaction
+// of its own ([TakeToken]): any later holder's value comes after it.
+// docs/mariadb.md says why it does not go back across a kill, and why a
+// SEQUENCE does.
 package mariadb
 
 import (
@@ -131,7 +132,7 @@ func WaitHealthy(ctx context.Context, n runtime.Node, timeout time.Duration) err
 		func(ctx context.Context) error {
 			s, err := NodeStatus(ctx, n)
 			if err == nil && !s.Serving {
-				err = fmt.Errorf("mariadb on %s has no fencing sequence yet", n.Name())
+				err = fmt.Errorf("mariadb on %s has no fencing counter yet", n.Name())
 			}
 			return err
 		})

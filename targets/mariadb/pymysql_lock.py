@@ -4,7 +4,7 @@
 It speaks the client protocol (docs/client-protocol.md): one JSON request
 per line on stdin, one JSON reply per line on stdout, logs on stderr.
 Debian's python3-pymysql is all it needs. Each grant has a session of its
-own: GET_LOCK, then NEXTVAL of the fencing sequence in the same session;
+own: GET_LOCK, then the next value of the fencing counter in the same session;
 RELEASE_LOCK and the session closed at release.
 """
 import json
@@ -16,7 +16,7 @@ import pymysql
 
 USER = "splitbrain"
 DATABASE = "splitbrain"
-SEQUENCE = "splitbrain.splitbrain_fence"
+FENCE = "splitbrain.splitbrain_fence"
 # The backend's own options (server variables): the server takes them.
 SERVER_OPTIONS = {"wait_timeout", "tcp_keepalive_time", "tcp_keepalive_interval", "tcp_keepalive_probes", "lock_wait_timeout"}
 
@@ -56,8 +56,8 @@ class Adapter:
         return {
             "type": "hello_ok", "protocol": 1, "library": "PyMySQL", "version": pymysql.__version__,
             "language": "python",
-            # The token is NEXTVAL of a sequence taken while the lock is
-            # held; RELEASE_LOCK releases only this session's lock.
+            # The token is the next value of a counter row, taken while
+            # the lock is held; RELEASE_LOCK releases only this session's lock.
             "offers": {"token": True, "renew": False, "renew_mode": "none", "checked_release": True, "held": True},
         }
 
@@ -85,7 +85,8 @@ class Adapter:
                 if got != 1:
                     conn.close()
                     return {"type": "busy"}
-                cur.execute("SELECT NEXTVAL(" + SEQUENCE + ")")
+                cur.execute("UPDATE " + FENCE + " SET v = LAST_INSERT_ID(v + 1) WHERE id = 1")
+                cur.execute("SELECT LAST_INSERT_ID()")
                 token = int(cur.fetchone()[0])
         except pymysql.err.MySQLError as e:
             conn.close()

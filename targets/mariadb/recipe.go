@@ -105,7 +105,7 @@ func (l *Locker) session(ctx context.Context) (*sql.DB, *sql.Conn, error) {
 }
 
 // Acquire implements targets.Locker: GET_LOCK in a new session, then the
-// token from the sequence in the same session.
+// token from the fencing counter in the same session.
 func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error) {
 	db, conn, err := l.session(ctx)
 	if err != nil {
@@ -145,7 +145,10 @@ func (s *lease) take(ctx context.Context) error {
 	}
 	// The token, taken while the lock is held, in the same session.
 	var tok int64
-	if err := s.conn.QueryRowContext(ctx, "SELECT NEXTVAL("+Database+"."+Sequence+")").Scan(&tok); err != nil {
+	if _, err := s.conn.ExecContext(ctx, TakeToken); err != nil {
+		return unavailable(err)
+	}
+	if err := s.conn.QueryRowContext(ctx, "SELECT LAST_INSERT_ID()").Scan(&tok); err != nil {
 		return unavailable(err)
 	}
 	s.token = uint64(tok)

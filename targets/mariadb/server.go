@@ -34,11 +34,11 @@ const (
 	// OSUser is the account the package creates; the server drops to it.
 	OSUser = "mysql"
 	// User is the account clients use (no password: the run's network is
-	// the harness's own), Database their database, Sequence the fencing
-	// sequence in it.
+	// the harness's own), Database their database, Fence the table of the
+	// fencing counter in it (one InnoDB row).
 	User     = "splitbrain"
 	Database = "splitbrain"
-	Sequence = "splitbrain_fence"
+	Fence    = "splitbrain_fence"
 	// Port is the server's port.
 	Port = 3306
 	// DataDir is the node's state directory (the server's datadir: a
@@ -54,12 +54,22 @@ const ready = ".splitbrain-installed"
 
 // InitSQL runs at every start of the server (--init-file), before it
 // accepts connections: the clients' account, database and fencing
-// sequence, created once.
+// counter, created once. The counter is a row of an ordinary InnoDB table,
+// not a SEQUENCE: MariaDB 10.11's sequences hand out values again after a
+// SIGKILL of the server (docs/mariadb.md), while a committed row change is
+// in the redo log, flushed at every commit.
 const InitSQL = `CREATE DATABASE IF NOT EXISTS ` + Database + `;
 CREATE USER IF NOT EXISTS '` + User + `'@'%';
 GRANT ALL PRIVILEGES ON *.* TO '` + User + `'@'%';
-CREATE SEQUENCE IF NOT EXISTS ` + Database + `.` + Sequence + ` ENGINE=InnoDB;
+CREATE TABLE IF NOT EXISTS ` + Database + `.` + Fence + ` (id TINYINT PRIMARY KEY, v BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB;
+INSERT IGNORE INTO ` + Database + `.` + Fence + ` VALUES (1, 0);
 `
+
+// TakeToken takes the next fencing token in the session that holds the
+// lock, in a transaction of its own (autocommit): the row's new value is in
+// the redo log, flushed at commit, before the token is used; SELECT
+// LAST_INSERT_ID() in the same session reads it back.
+const TakeToken = "UPDATE " + Database + "." + Fence + " SET v = LAST_INSERT_ID(v + 1) WHERE id = 1"
 
 // ServerConfig is one server's configuration.
 type ServerConfig struct {
@@ -266,8 +276,8 @@ type Status struct {
 	Version string `json:"version"`
 	// Uptime is the server's uptime in seconds (a restart resets it).
 	Uptime int64 `json:"uptime_s"`
-	// Sequence says the fencing sequence exists.
-	Sequence bool `json:"sequence"`
+	// Fence says the fencing counter's row exists.
+	Fence bool `json:"fence"`
 }
 
 // Probe connects to the server at endpoint and asks for its status.
@@ -282,12 +292,12 @@ func Probe(ctx context.Context, endpoint string) (Status, error) {
 	var n int
 	err = db.QueryRowContext(ctx, `SELECT VERSION(),
 		(SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME = 'UPTIME'),
-		(SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?)`, Database, Sequence).
+		(SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?)`, Database, Fence).
 		Scan(&s.Version, &s.Uptime, &n)
 	if err != nil {
 		return Status{}, fmt.Errorf("mariadb probe: %w", err)
 	}
-	s.Sequence = n == 1
-	s.Serving = s.Sequence
+	s.Fence = n == 1
+	s.Serving = s.Fence
 	return s, nil
 }
