@@ -21,6 +21,9 @@ func newImagesCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if len(roles) == 0 {
+				roles = images.Roles()
+			}
 			if _, err := images.PlanRoles(roles); err != nil {
 				return &usageError{fmt.Errorf("--roles: %w", err)}
 			}
@@ -41,7 +44,10 @@ func newImagesCmd(g *globalFlags) *cobra.Command {
 			return nil
 		},
 	}
-	build.Flags().StringSliceVar(&roles, "roles", images.Roles(), "roles to build (default: every registered role)")
+	// The default is resolved when the command runs: the roles registered
+	// by then (a user's adapter registers its own), not those of the
+	// moment the command is made, so the generated reference stays the same.
+	build.Flags().StringSliceVar(&roles, "roles", nil, "roles to build (default: every registered role)")
 	cmd.AddCommand(build)
 	return cmd
 }
