@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -170,9 +171,9 @@ func ClientNames(b targets.Backend) []string {
 	return out
 }
 
-// clientFiles lists the regular files under dir as files of the client
-// image, each at its relative path under external.ClientDir, keeping its
-// mode.
+// clientFiles lists the regular files under dir (links to files followed)
+// as files of the client image, each at its relative path under
+// external.ClientDir, keeping its mode.
 func clientFiles(dir string) ([]images.File, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -189,12 +190,22 @@ func clientFiles(dir string) ([]images.File, error) {
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
 		info, err := d.Info()
 		if err != nil {
 			return err
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			// A link is followed to what it names: a shared file linked
+			// into the adapter's directory goes in as that file.
+			if info, err = os.Stat(path); err != nil {
+				return fmt.Errorf("%s is a link to nothing: %w", path, err)
+			}
+			if info.IsDir() {
+				return fmt.Errorf("%s is a link to a directory; copy the directory in instead", path)
+			}
+		}
+		if !info.Mode().IsRegular() {
+			return nil
 		}
 		rel, _ := filepath.Rel(abs, path)
 		out = append(out, images.File{
