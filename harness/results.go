@@ -37,7 +37,9 @@ type Results struct {
 	Started time.Time `json:"started"`
 	// Duration is the whole run, setup to check.
 	Duration time.Duration `json:"duration_ns"`
-	// Phases times each phase (setup, test, final, check).
+	// Phases times each phase: setup (images, nodes, store, clients),
+	// test, final (the final reads), teardown (logs collected, nodes
+	// removed) and check; Duration is their sum and the gaps between.
 	Phases map[string]time.Duration `json:"phases_ns"`
 	// Client is the lock client the agents used: its recipe, library and
 	// version, and what it offers.

@@ -126,7 +126,11 @@ func (p *Plan) Run(ctx context.Context, deps Deps) (out *Outcome, err error) {
 	if errors.As(err, &pe) {
 		err = r.panicked(pe)
 	}
+	// Tear-down (the nodes' logs collected, the nodes removed) is timed
+	// as a phase of its own: part of a run's wall time, none of its test.
+	teardown := time.Now()
 	r.cleanup()
+	r.phases["teardown"] = time.Since(teardown)
 	if r.discard {
 		r.unwrite()
 		return nil, err

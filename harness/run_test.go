@@ -75,6 +75,12 @@ func TestRunInMemory(t *testing.T) {
 			if len(out.Results.Faults) == 0 {
 				t.Fatal("no fault injected")
 			}
+			// Every phase of the run's wall time is timed (docs/performance.md).
+			for _, p := range []string{"setup", "test", "final", "teardown", "check"} {
+				if _, ok := out.Results.Phases[p]; !ok {
+					t.Errorf("phases_ns has no %s: %v", p, out.Results.Phases)
+				}
+			}
 			m := readResults(t, out.Dir)
 			if m["valid"] != (tt.want == checkers.Valid) {
 				t.Fatalf("results.json valid = %v", m["valid"])

@@ -605,7 +605,7 @@ func versionRows(run *Run) []kv {
 	for k := range run.Phases {
 		phases = append(phases, k)
 	}
-	order := map[string]int{"setup": 0, "test": 1, "final": 2, "check": 3}
+	order := map[string]int{"setup": 0, "test": 1, "final": 2, "teardown": 3, "check": 4}
 	sort.Slice(phases, func(i, j int) bool {
 		oi, iok := order[phases[i]]
 		oj, jok := order[phases[j]]
