@@ -469,8 +469,11 @@ type Row struct {
 	// UnderTest says the run used the recipe as a team would (the correct
 	// pattern, no drill, anti-pattern or known bug: Scenario.UnderTest).
 	UnderTest bool `json:"under_test,omitempty"`
-	// Fenced says the run's clients wrote with fencing tokens.
-	Fenced bool `json:"fenced,omitempty"`
+	// Fenced says the run's clients wrote with fencing tokens; NoToken
+	// that its client gives none (the checklist's token items do not
+	// apply to it).
+	Fenced  bool `json:"fenced,omitempty"`
+	NoToken bool `json:"no_token,omitempty"`
 	// Options are the run's --recipe-opt settings (its configuration).
 	Options map[string]string `json:"recipe_options,omitempty"`
 	// The faults the run put on the system, by what they hit: kills of
@@ -748,6 +751,11 @@ func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, e Entry, targe
 		return row
 	}
 	row.Fenced, row.Options = cfg.Workload == workloads.FencedCounter && cfg.Bypass == "", cfg.RecipeOptions
+	if r, err := targets.LookupRecipe(cfg.Client); err == nil {
+		row.NoToken = !r.Fencing
+	} else if r, err := b.RunRecipe(); err == nil && cfg.Client == "" {
+		row.NoToken = !r.Fencing
+	}
 	start := time.Now()
 	out, err := harness.Run(ctx, cfg, rn.Deps)
 	row.Duration = time.Since(start)
@@ -759,7 +767,9 @@ func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, e Entry, targe
 	}
 	res := out.Results
 	if res.Client != nil {
-		row.Library, row.Version = res.Client.Library, res.Client.Version
+		// What the client said it is (a user's adapter says it at its
+		// handshake).
+		row.Library, row.Version, row.NoToken = res.Client.Library, res.Client.Version, !res.Client.Fencing
 	}
 	row.Dir, row.Verdict, row.Faults, row.CheckTime = out.Dir, res.Valid, len(res.Faults), res.Phases["check"]
 	row.Lock, row.Data, row.Reasons = res.Lock, res.Data, res.Reasons

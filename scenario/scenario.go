@@ -230,6 +230,21 @@ const (
 	faultPacket = "packet"
 )
 
+// The store-side fence for a client with no token, named as the store
+// registry knows it (a scenario does not import a store's package): each
+// counter a row of PostgreSQL, a write refused when the row's version is
+// no longer the one its holder read (--store postgres --store-opt
+// check=version; docs/postgres.md).
+const (
+	storePostgres = "postgres"
+	checkVersion  = "version"
+)
+
+// storeVersionCheck fences c's writes at the store by the row's version.
+func storeVersionCheck(c *harness.Config) {
+	c.Store, c.StoreOptions = storePostgres, map[string]string{"check": checkVersion}
+}
+
 // setFault sets the fault's settings as its flags would
 // ([nemesis.Specs.Set]). The catalogue's settings are constants that every
 // test of the catalogue applies, so a mistake in them panics there.
@@ -259,6 +274,12 @@ func slowLockLink(c *harness.Config) {
 // Fencing: the run's client gives fencing tokens (scenarios that run the
 // fenced counter need one; a client without is refused).
 var Fencing = ClientNeed("a client that gives fencing tokens", func(_ targets.Backend, r targets.Recipe) bool { return r.Fencing })
+
+// NoToken: the run's client gives no fencing token (redsync, redis-py,
+// redislock). The checklist puts such a client through the same faults
+// with the unfenced counter, and fences it at the store instead (a
+// version check: storeVersionCheck).
+var NoToken = ClientNeed("a client that gives no fencing token", func(_ targets.Backend, r targets.Recipe) bool { return !r.Fencing })
 
 // SessionLock: the run's client holds a lock that lives as long as its
 // connection (targets.Recipe.Session), not for a TTL.
@@ -454,6 +475,20 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), Recovers: true, MaxStall: 8 * time.Second, NoEarlyOverlaps: true},
 		},
 		{
+			Name: "holder-lost-recovery-unfenced", AntiPattern: 0, Needs: []Need{NoToken},
+			Title: "a client with no token: a killed holder's lease expires on the service's side and the lock is granted again (unfenced: a dead holder writes nothing late)",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "kill", 1, 3
+				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
+				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
+			},
+			// What the item judges: the lock comes back, and no live lock
+			// is given away. The data is not judged: with no token a
+			// holder slowed past its lease by the machine's load may
+			// lose an update, which unfenced-late-write shows on purpose.
+			Expect: Expect{Recovers: true, MaxStall: 8 * time.Second, NoEarlyOverlaps: true},
+		},
+		{
 			Name: "no-expiry-deadlock", AntiPattern: 1, Needs: []Need{RecipeOption("expiry", "none"), Fencing},
 			Title: "a lock without expiry whose holder is killed deadlocks everyone",
 			Apply: func(c *harness.Config, _ targets.Backend) {
@@ -527,6 +562,16 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), MinUnavailable: 3, MinStall: 2 * time.Second, MaxStall: 15 * time.Second, Classified: true},
 		},
 		{
+			Name: "single-node-away-unfenced", AntiPattern: 7, Needs: []Need{SingleNode, NoToken},
+			Title: "a client with no token: a single-node lock backend partitioned away stops every client, and its failures say unavailable",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				c.Workload, c.Nemesis, c.Keys = workloads.UnfencedCounter, "partition", 2
+				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoLocksAway}
+				c.AcquireTimeout = time.Second
+			},
+			Expect: Expect{MinUnavailable: 3, MinStall: 2 * time.Second, MaxStall: 15 * time.Second, Classified: true},
+		},
+		{
 			Name: "single-node-restart", AntiPattern: 7, Needs: []Need{SingleNode, ForgetsOnKill, Fencing},
 			Title: "a single lock node killed and restarted without persistence hands out its fencing tokens again from 1",
 			Apply: func(c *harness.Config, _ targets.Backend) {
@@ -551,6 +596,16 @@ func Catalogue() []Scenario {
 				c.AcquireTimeout, c.Work = time.Second, 300*time.Millisecond
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), MinBusy: 1, MinUnavailable: 1, Classified: true, MaxStall: 15 * time.Second},
+		},
+		{
+			Name: "busy-vs-unavailable-unfenced", AntiPattern: 8, Needs: []Need{SeveralMembers, NoToken},
+			Title: "a client with no token: a busy lock and an unreachable lock service are told apart and counted separately",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "partition", 1, 8
+				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
+				c.AcquireTimeout, c.Work = time.Second, 300*time.Millisecond
+			},
+			Expect: Expect{MinBusy: 1, MinUnavailable: 1, Classified: true, MaxStall: 15 * time.Second},
 		},
 		{
 			Name: "redlock-clock-jump", AntiPattern: KnownBug, Needs: []Need{Redlock},
@@ -649,6 +704,21 @@ func Catalogue() []Scenario {
 				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), MinLateRejected: 1},
+		},
+		{
+			Name: "late-writer-drill-store-fence", AntiPattern: 0, Needs: []Need{NoToken}, Drill: true,
+			Title: "a client with no token, fenced at the store: partition a slow holder from the lock service, heal, and watch the counter row's version check (--store postgres --store-opt check=version) refuse the stale write",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "partition", 1, 4
+				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
+				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
+				storeVersionCheck(c)
+			},
+			// Of two writes whose reads saw the same version, the later is
+			// refused (the late writer's, or the next holder's when the
+			// late one landed first): no update is lost. 3 s of work
+			// against a 2 s lease makes such pairs by construction.
+			Expect: Expect{Valid: verdict(checkers.Valid), MinRejections: 1},
 		},
 		{
 			Name: "delayed-renewal-unfenced", AntiPattern: 5, Needs: []Need{Renewing},

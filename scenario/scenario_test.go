@@ -72,6 +72,12 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		"single-node-restart":  "redis",
 		"busy-vs-unavailable":  "etcd,lockd,redis-sentinel,zookeeper",
 		"late-writer-drill":    withSentinel,
+		// A client with no token (by its backend's own: Redlock's
+		// redsync; validate runs them with every such library).
+		"holder-lost-recovery-unfenced": "redlock",
+		"busy-vs-unavailable-unfenced":  "redlock",
+		"single-node-away-unfenced":     "",
+		"late-writer-drill-store-fence": "redlock",
 		// Packet faults: clients that renew; a lease that is not.
 		"delayed-renewal-unfenced": "etcd,lockd,zookeeper",
 		"delayed-renewal-fenced":   "etcd,lockd,zookeeper",

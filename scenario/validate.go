@@ -18,7 +18,11 @@ import (
 )
 
 // validationScenarios back the checklist.
-var validationScenarios = []string{"correct-pattern", "token-across-restarts", "holder-lost-recovery", "late-writer-drill", "unfenced-late-write", "busy-vs-unavailable", "single-node-away", "failover-token-back"}
+// A client with no fencing token gets the unfenced variants (their
+// NoToken need) and the drill fenced at the store.
+var validationScenarios = []string{"correct-pattern", "token-across-restarts", "holder-lost-recovery", "holder-lost-recovery-unfenced",
+	"late-writer-drill", "late-writer-drill-store-fence", "unfenced-late-write", "busy-vs-unavailable", "busy-vs-unavailable-unfenced",
+	"single-node-away", "single-node-away-unfenced", "failover-token-back"}
 
 // The checklist's questions.
 const (
@@ -91,11 +95,19 @@ type Answer string
 
 // Answers. An item none of whose runs put its fault on the system answers
 // NotTested, never Pass: a property a run did not challenge was not shown.
+// An item that cannot apply to the client (a fencing token's order, for a
+// client that gives none) answers NotApplicable, with why in one word
+// (Item.Why) and what happens instead, from runs, in its evidence.
 const (
-	Pass      Answer = "PASS"
-	Fail      Answer = "FAIL"
-	NotTested Answer = "NOT TESTED"
+	Pass          Answer = "PASS"
+	Fail          Answer = "FAIL"
+	NotTested     Answer = "NOT TESTED"
+	NotApplicable Answer = "N/A"
 )
+
+// WhyNoToken is why an item about the fencing token does not apply: the
+// client gives none.
+const WhyNoToken = "no token"
 
 // RunRef is a run behind an answer.
 type RunRef struct {
@@ -115,9 +127,11 @@ type RunRef struct {
 type Item struct {
 	Question string `json:"question"`
 	// Property is what the item judges; Fault is what would break it.
-	Property string   `json:"property"`
-	Fault    string   `json:"fault"`
-	Answer   Answer   `json:"answer"`
+	Property string `json:"property"`
+	Fault    string `json:"fault"`
+	Answer   Answer `json:"answer"`
+	// Why says in one word why the item does not apply (NotApplicable).
+	Why      string   `json:"why,omitempty"`
 	Evidence string   `json:"evidence"`
 	Runs     []RunRef `json:"runs,omitempty"`
 }
@@ -154,6 +168,11 @@ type question struct {
 	// its fault on the system (what they showed is a failure anyway, or
 	// the backend's declaration fails it); otherwise it is NOT TESTED.
 	failsUnexercised bool
+	// noToken, when set, answers the item for a client that gives no
+	// fencing token: it does not apply (WhyNoToken), and noToken says
+	// from all of the candidate's runs what happens instead, with the
+	// runs it looked at.
+	noToken func(rows []Row) (string, []Row)
 }
 
 func scenarioIs(names ...string) func(Row) bool {
@@ -166,7 +185,7 @@ var questions = []question{
 		q:         qExpiry,
 		property:  "a lock whose holder dies is freed by the service when its lease runs out, and granted again",
 		fault:     "a holder killed in its critical section",
-		runs:      scenarioIs("holder-lost-recovery"),
+		runs:      scenarioIs("holder-lost-recovery", "holder-lost-recovery-unfenced"),
 		exercised: func(_ targets.Backend, r Row) bool { return r.ClientKills > 0 },
 		notTested: "no run killed a holder",
 		judge: func(_ targets.Backend, _, ex []Row) (Answer, string) {
@@ -202,6 +221,7 @@ var questions = []question{
 		},
 		notTested:        "no fenced run killed the lock service (or, with several members, its leader, or cut its leader off)",
 		failsUnexercised: true,
+		noToken:          unfencedInstead,
 		judge: func(b targets.Backend, all, ex []Row) (Answer, string) {
 			out, lockBad, rej := 0, 0, 0
 			for _, r := range all {
@@ -227,10 +247,13 @@ var questions = []question{
 		},
 	},
 	{
-		q:                qOwner,
-		property:         "a release deletes only the releaser's own lock: no live lock is given away",
-		fault:            "a holder paused past its lease, releasing after another client took the lock",
-		runs:             func(r Row) bool { return r.UnderTest },
+		q:        qOwner,
+		property: "a release deletes only the releaser's own lock: no live lock is given away",
+		fault:    "a holder paused past its lease, releasing after another client took the lock",
+		// unfenced-late-write pauses holders past their lease too: its
+		// anti-pattern is the write, not the release (a client with no
+		// token has no fenced run that pauses holders).
+		runs:             func(r Row) bool { return r.UnderTest || r.Scenario == "unfenced-late-write" },
 		exercised:        func(_ targets.Backend, r Row) bool { return r.ClientPauses > 0 },
 		notTested:        "no run of the recipe under test paused a holder",
 		failsUnexercised: true,
@@ -283,7 +306,7 @@ var questions = []question{
 		q:         qWatchdog,
 		property:  "a holder renews its lease only while it reaches the lock service: cut off, its renewals fail and the lease runs out",
 		fault:     "a holder cut off from the lock service during a hold longer than the lease (late-writer-drill)",
-		runs:      scenarioIs("late-writer-drill"),
+		runs:      scenarioIs("late-writer-drill", "late-writer-drill-store-fence"),
 		exercised: func(_ targets.Backend, r Row) bool { return r.Partitions > 0 },
 		notTested: "no run cut a holder off from the lock service",
 		judge: func(_ targets.Backend, _, ex []Row) (Answer, string) {
@@ -299,7 +322,9 @@ var questions = []question{
 		q:        qConsensus,
 		property: "the lock service is replicated with a leader (3 or more members), and the fenced correct pattern stays correct when members are cut off or killed",
 		fault:    "partitions and kills of lock-service members (and of its leader)",
-		runs:     scenarioIs("correct-pattern", "token-across-restarts", "failover-token-back"),
+		// A client with no token has the unfenced runs that cut the
+		// service off instead.
+		runs: scenarioIs("correct-pattern", "token-across-restarts", "failover-token-back", "single-node-away-unfenced", "busy-vs-unavailable-unfenced"),
 		exercised: func(_ targets.Backend, r Row) bool {
 			return r.NodeKills > 0 || (r.Scenario != "token-across-restarts" && r.Partitions > 0)
 		},
@@ -325,6 +350,10 @@ var questions = []question{
 			if len(ex) == 0 {
 				return NotTested, ev
 			}
+			if slices.ContainsFunc(ex, func(r Row) bool { return r.NoToken }) {
+				// Consensus prevents double grants, not late writes.
+				return Fail, ev + "; the client gives no fencing token: nothing stops a late write (fence at the store: --store postgres --store-opt check=version)"
+			}
 			if anyMissed(ex) {
 				return Fail, ev + mismatches(ex)
 			}
@@ -335,7 +364,7 @@ var questions = []question{
 		q:         qBusy,
 		property:  "a failed acquisition says whether the lock was held (busy) or the service could not answer (unavailable)",
 		fault:     "clients cut off from the lock service while others contend for the lock",
-		runs:      scenarioIs("busy-vs-unavailable", "single-node-away"),
+		runs:      scenarioIs("busy-vs-unavailable", "single-node-away", "busy-vs-unavailable-unfenced", "single-node-away-unfenced"),
 		exercised: func(_ targets.Backend, r Row) bool { return r.Partitions > 0 },
 		notTested: "no run cut clients off from the lock service",
 		judge: func(_ targets.Backend, _, ex []Row) (Answer, string) {
@@ -374,14 +403,26 @@ var questions = []question{
 	},
 	{
 		q:         qDrill,
-		property:  "a slow holder partitioned from the lock service, then healed, writes late and fencing refuses its write",
+		property:  "a slow holder partitioned from the lock service, then healed, writes late and fencing refuses its write (for a client with no token: the store's version check refuses one of the two writes whose reads saw the same row)",
 		fault:     "a holder partitioned from the lock service mid-section and healed (late-writer-drill)",
-		runs:      scenarioIs("late-writer-drill"),
+		runs:      scenarioIs("late-writer-drill", "late-writer-drill-store-fence"),
 		exercised: func(_ targets.Backend, r Row) bool { return r.Partitions > 0 },
 		notTested: "the drill cut no holder off",
 		judge: func(_ targets.Backend, _, ex []Row) (Answer, string) {
 			late := sum(ex, func(r Row) int { return r.LateRejected })
 			ev := fmt.Sprintf("drill: %d partitions, %d late writes refused by fencing", sum(ex, func(r Row) int { return r.Partitions }), late)
+			// Fenced at the store by the row's version (no token): of two
+			// writes whose reads saw the same version the later is
+			// refused, the late writer's or the next holder's.
+			if stale := sum(ex, func(r Row) int {
+				if r.Fenced {
+					return 0
+				}
+				return r.Rejections
+			}); stale > 0 {
+				late += stale
+				ev += fmt.Sprintf(", %d stale writes refused by the store's version check (--store postgres --store-opt check=version)", stale)
+			}
 			for _, r := range ex {
 				if r.Verdict == checkers.Invalid {
 					return Fail, ev + "; verdict invalid" + mismatches(ex)
@@ -393,6 +434,31 @@ var questions = []question{
 			return Pass, ev
 		},
 	},
+}
+
+// unfencedInstead says, for a client with no fencing token, what its runs
+// show instead of a token's order: the updates a holder paused past its
+// lease lost (unfenced-late-write) and what the store's version check
+// made of the same kind of late write (late-writer-drill-store-fence).
+func unfencedInstead(rows []Row) (string, []Row) {
+	var out []string
+	var used []Row
+	for _, r := range rows {
+		switch r.Scenario {
+		case "unfenced-late-write":
+			out = append(out, fmt.Sprintf("unfenced, a holder paused past its lease lost %d updates (%d pauses, verdict %s)", r.LostUpdates, r.ClientPauses, r.Verdict))
+		case "late-writer-drill-store-fence":
+			out = append(out, fmt.Sprintf("fenced at the store instead (--store postgres --store-opt check=version), %d stale writes were refused and %d updates lost (verdict %s)", r.Rejections, r.LostUpdates, r.Verdict))
+		default:
+			continue
+		}
+		used = append(used, r)
+	}
+	ev := "the client gives no fencing token"
+	if len(out) > 0 {
+		ev += ": " + strings.Join(out, "; ")
+	}
+	return ev, used
 }
 
 func sum(rows []Row, f func(Row) int) int {
@@ -453,8 +519,26 @@ func kvs(m map[string]string) string {
 // nothing.
 func Checklist(b targets.Backend, m *Matrix) []Item {
 	var items []Item
+	// A client that gives no token: what its runs say it is.
+	noToken := slices.ContainsFunc(m.Rows, func(r Row) bool { return r.NoToken })
+	var ran []Row
+	for _, r := range m.Rows {
+		if r.Error == "" {
+			ran = append(ran, r)
+		}
+	}
 	for _, q := range questions {
 		it := Item{Question: q.q, Property: q.property, Fault: q.fault}
+		if noToken && q.noToken != nil {
+			var rows []Row
+			it.Answer, it.Why = NotApplicable, WhyNoToken
+			it.Evidence, rows = q.noToken(ran)
+			for _, r := range rows {
+				it.Runs = append(it.Runs, RunRef{Scenario: r.Scenario, Seed: r.Seed, Dir: r.Dir, Exercised: r.ClientPauses+r.Partitions > 0, Drill: !r.UnderTest})
+			}
+			items = append(items, it)
+			continue
+		}
 		var all, ex []Row
 		for _, r := range m.Rows {
 			if r.Error != "" || !q.runs(r) {
@@ -494,7 +578,11 @@ func WriteChecklist(w io.Writer, target string, items []Item) {
 	count := map[Answer]int{}
 	for _, it := range items {
 		count[it.Answer]++
-		fmt.Fprintf(w, "  %-10s  %s\n", it.Answer, it.Question)
+		answer := string(it.Answer)
+		if it.Why != "" {
+			answer += " (" + it.Why + ")"
+		}
+		fmt.Fprintf(w, "  %-10s  %s\n", answer, it.Question)
 		fmt.Fprintf(w, "  %-10s  judges: %s\n", "", it.Property)
 		fmt.Fprintf(w, "  %-10s  fault:  %s\n", "", it.Fault)
 		fmt.Fprintf(w, "  %-10s  shown:  %s\n", "", it.Evidence)
@@ -509,8 +597,12 @@ func WriteChecklist(w io.Writer, target string, items []Item) {
 			fmt.Fprintf(w, "  %-10s  %s run:  %s%s %s\n", "", mark, r.Scenario, note, r.Dir)
 		}
 	}
-	fmt.Fprintf(w, "%d of %d items pass, %d fail, %d not tested (* marks the runs that put an item's fault on the system).\n",
-		count[Pass], len(items), count[Fail], count[NotTested])
+	na := ""
+	if n := count[NotApplicable]; n > 0 {
+		na = fmt.Sprintf(", %d do not apply", n)
+	}
+	fmt.Fprintf(w, "%d of %d items pass, %d fail, %d not tested%s (* marks the runs that put an item's fault on the system).\n",
+		count[Pass], len(items), count[Fail], count[NotTested], na)
 }
 
 // WriteChecklistJUnit writes the checklists of cols as JUnit XML: a suite
@@ -534,6 +626,9 @@ func WriteChecklistJUnit(path string, cols []Column) error {
 				suite.Failures++
 			case NotTested:
 				jc.Skipped = &junitSkip{Message: "NOT TESTED: " + it.Evidence}
+				suite.Skipped++
+			case NotApplicable:
+				jc.Skipped = &junitSkip{Message: "N/A (" + it.Why + "): " + it.Evidence}
 				suite.Skipped++
 			}
 			suite.Cases = append(suite.Cases, jc)
@@ -600,7 +695,10 @@ func WriteComparison(w io.Writer, dir string, cols []Column) error {
 			if i < len(c.Items) && c.Items[i].Question == q {
 				it := c.Items[i]
 				ce.Answer, ce.Evidence = it.Answer, it.Evidence
-				ce.Class = strings.ToLower(strings.ReplaceAll(string(it.Answer), " ", ""))
+				ce.Class = strings.ToLower(strings.NewReplacer(" ", "", "/", "").Replace(string(it.Answer)))
+				if it.Why != "" {
+					ce.Answer += Answer(" (" + it.Why + ")")
+				}
 				for _, run := range it.Runs {
 					if run.Dir == "" {
 						continue
@@ -625,7 +723,7 @@ var comparisonPage = template.Must(template.New("compare").Parse(`<!doctype html
 body{font:14px system-ui,sans-serif;margin:2em}
 table{border-collapse:collapse}
 th,td{border:1px solid #ccc;padding:.4em .6em;vertical-align:top;max-width:22em}
-td.pass{background:#e8f5e9}td.fail{background:#ffebee}td.nottested{background:#fff8e1}
+td.pass{background:#e8f5e9}td.fail{background:#ffebee}td.nottested{background:#fff8e1}td.na{background:#eceff1}
 .mark{font-weight:bold}.ev{color:#555;font-size:12px}
 a{color:#1565c0}
 </style></head><body>

@@ -36,7 +36,13 @@ func run(sc string, f func(r *Row)) Row {
 	}
 	c, err := s.ConfigFor(etcd, harness.DefaultConfig())
 	if err != nil {
-		panic(err)
+		// A scenario of clients with no token (Redlock's own).
+		redlock, _ := targets.Lookup("redlock")
+		if c, err = s.ConfigFor(redlock, harness.DefaultConfig()); err != nil {
+			if c, err = s.ConfigWith(singleShape, "redsync", harness.DefaultConfig()); err != nil {
+				panic(err)
+			}
+		}
 	}
 	r := Row{Scenario: sc, AntiPattern: s.AntiPattern, Target: "t", Seed: 1, Verdict: checkers.Valid, Lock: checkers.Valid, Data: checkers.Valid,
 		Ops: 100, HoldP99: 100 * time.Millisecond, LeaseTTL: 2 * time.Second, Dir: "/results/" + sc,
@@ -295,5 +301,147 @@ func TestCountFaults(t *testing.T) {
 	if r.NodeKills != want.NodeKills || r.LeaderKills != want.LeaderKills || r.ClientKills != want.ClientKills ||
 		r.ClientPauses != want.ClientPauses || r.NodePauses != want.NodePauses || r.Partitions != want.Partitions {
 		t.Fatalf("counted %+v", r)
+	}
+}
+
+// TestChecklistNoToken: a client that gives no fencing token (redsync on
+// Redis) gets every item answered from its runs — the unfenced variants
+// and the drill fenced at the store — except the token's own item, which
+// does not apply and says why in one word, with what happens instead (the
+// updates it lost unfenced, and the store's version check). A bad run of
+// each kind fails its item.
+func TestChecklistNoToken(t *testing.T) {
+	tokenless := func(f func(r *Row)) func(r *Row) {
+		return func(r *Row) {
+			r.NoToken, r.Client = true, "redsync"
+			if f != nil {
+				f(r)
+			}
+		}
+	}
+	good := func() []Row {
+		return []Row{
+			run("unfenced-late-write", tokenless(func(r *Row) {
+				r.Faults, r.ClientPauses, r.Overlaps, r.LostUpdates, r.Verdict, r.Data = 4, 4, 3, 3, checkers.Invalid, checkers.Invalid
+			})),
+			run("holder-lost-recovery-unfenced", tokenless(func(r *Row) { r.Faults, r.ClientKills, r.Stall = 3, 3, 2500*time.Millisecond })),
+			run("late-writer-drill-store-fence", tokenless(func(r *Row) {
+				r.Faults, r.Partitions, r.Rejections, r.HoldP99 = 3, 3, 4, 3*time.Second
+			})),
+			run("single-node-away-unfenced", tokenless(func(r *Row) { r.Faults, r.Partitions, r.Unavailable, r.Busy = 2, 2, 5, 2 })),
+		}
+	}
+	items := Checklist(singleShape, &Matrix{Rows: good()})
+	byQ := map[string]Item{}
+	for _, it := range items {
+		byQ[it.Question] = it
+		if it.Answer == NotTested {
+			t.Errorf("%s: NOT TESTED (%s): a client with no token is answered from its runs", it.Question, it.Evidence)
+		}
+		if len(it.Runs) == 0 {
+			t.Errorf("%s: %s links no run", it.Question, it.Answer)
+		}
+	}
+	want := map[string]struct {
+		a    Answer
+		says string
+	}{
+		qExpiry:    {Pass, "3 holder kills"},
+		qToken:     {NotApplicable, "a holder paused past its lease"},
+		qOwner:     {Pass, "4 holder pauses in 1 runs: 3 overlapping holds, 0 of them a live lock given away"},
+		qShort:     {Pass, "in 1 runs of the recipe under test"},
+		qWatchdog:  {Fail, "does not renew"},
+		qConsensus: {Fail, "not a consensus-backed service"},
+		qBusy:      {Pass, "5 because the service could not answer"},
+		qMetrics:   {Pass, "4 fencing rejections"},
+		qDrill:     {Pass, "4 stale writes refused by the store's version check"},
+	}
+	for q, w := range want {
+		it := byQ[q]
+		if it.Answer != w.a || !strings.Contains(it.Evidence, w.says) {
+			t.Errorf("%s: %s (%s), want %s saying %q", q, it.Answer, it.Evidence, w.a, w.says)
+		}
+	}
+	tok := byQ[qToken]
+	if tok.Why != WhyNoToken || strings.Contains(tok.Why, " ") && len(strings.Fields(tok.Why)) > 2 {
+		t.Errorf("token item: why %q, want %q", tok.Why, WhyNoToken)
+	}
+	for _, says := range []string{"lost 3 updates", "check=version", "4 stale writes were refused and 0 updates lost"} {
+		if !strings.Contains(tok.Evidence, says) {
+			t.Errorf("token item %q does not say %q", tok.Evidence, says)
+		}
+	}
+	var b bytes.Buffer
+	WriteChecklist(&b, "redis with client redsync", items)
+	for _, says := range []string{"N/A (no token)  " + qToken, "1 do not apply"} {
+		if !strings.Contains(b.String(), says) {
+			t.Errorf("checklist lacks %q:\n%s", says, b.String())
+		}
+	}
+
+	// On a consensus-backed service, a client with no token still fails
+	// "and fencing anyway", from its runs under partitions.
+	onEtcd := []Row{run("busy-vs-unavailable-unfenced", tokenless(func(r *Row) { r.Faults, r.Partitions, r.Busy, r.Unavailable = 2, 2, 3, 3 }))}
+	for _, it := range Checklist(leaderShape, &Matrix{Rows: onEtcd}) {
+		if it.Question == qConsensus && (it.Answer != Fail || !strings.Contains(it.Evidence, "nothing stops a late write") || it.Exercised() != 1) {
+			t.Errorf("consensus with no token: %s (%s)", it.Answer, it.Evidence)
+		}
+	}
+
+	// Bad runs: the store's check let an update be lost; a release gave
+	// a live lock away; a dead holder's lock never came back.
+	bad := good()
+	bad[0].Early = 1
+	bad[1].StalledToEnd, bad[1].Mismatches = true, []string{"keys [k0] never recovered"}
+	bad[2].Verdict, bad[2].LostUpdates, bad[2].Mismatches = checkers.Invalid, 1, []string{"verdict invalid, expected valid"}
+	for _, it := range Checklist(singleShape, &Matrix{Rows: bad}) {
+		switch it.Question {
+		case qOwner, qExpiry, qDrill:
+			if it.Answer != Fail {
+				t.Errorf("bad runs: %s answers %s (%s), want FAIL", it.Question, it.Answer, it.Evidence)
+			}
+		}
+	}
+}
+
+// TestValidationSetNoToken: validate gives a client with no token the
+// unfenced variants and the drill fenced at the store (PostgreSQL, the
+// row's version checked), none of the fenced scenarios, and every run's
+// options pass their checks.
+func TestValidationSetNoToken(t *testing.T) {
+	tests := []struct{ target, client, want string }{
+		{"redis", "redsync", "holder-lost-recovery-unfenced,late-writer-drill-store-fence,unfenced-late-write,single-node-away-unfenced"},
+		{"redis", "redis-py", "holder-lost-recovery-unfenced,late-writer-drill-store-fence,unfenced-late-write,single-node-away-unfenced"},
+		{"redlock", "", "holder-lost-recovery-unfenced,late-writer-drill-store-fence,unfenced-late-write,busy-vs-unavailable-unfenced"},
+		{"redis-sentinel", "redsync-sentinel", "holder-lost-recovery-unfenced,late-writer-drill-store-fence,unfenced-late-write,busy-vs-unavailable-unfenced"},
+		{"etcd", "", "correct-pattern,token-across-restarts,holder-lost-recovery,late-writer-drill,unfenced-late-write,busy-vs-unavailable"},
+	}
+	for _, tt := range tests {
+		s, err := ValidationSetWith(tt.target, tt.client, nil, 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Check(nil); err != nil {
+			t.Fatalf("%s/%s: %v", tt.target, tt.client, err)
+		}
+		var names []string
+		for _, e := range s.Entries {
+			names = append(names, e.Scenario)
+			if e.Scenario != "late-writer-drill-store-fence" {
+				continue
+			}
+			b, _ := targets.Lookup(tt.target)
+			sc, _ := Lookup(e.Scenario)
+			c, err := e.config(sc, b, tt.client, harness.DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Store != "postgres" || c.StoreOptions["check"] != "version" || c.Workload != "unfenced-counter" {
+				t.Errorf("%s/%s store-fenced drill: store %q %v, workload %s", tt.target, tt.client, c.Store, c.StoreOptions, c.Workload)
+			}
+		}
+		if got := strings.Join(names, ","); got != tt.want {
+			t.Errorf("%s/%s runs %s, want %s", tt.target, tt.client, got, tt.want)
+		}
 	}
 }
