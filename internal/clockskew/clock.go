@@ -28,6 +28,7 @@ package clockskew
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -75,9 +76,6 @@ var (
 	// errBadControlFile reports a control file with a wrong magic, version
 	// or size.
 	errBadControlFile = errors.New("not a splitbrain clock control file")
-	// errDriftUnsupported reports a drift rate given to the vDSO
-	// mechanism, which only knows fixed offsets.
-	errDriftUnsupported = errors.New("drift rates are supported by the LD_PRELOAD control file only")
 )
 
 // Offsets are the amounts added to a process's clocks. Realtime applies to
@@ -99,6 +97,50 @@ type Offsets struct {
 // String formats o as "realtime=+1h0m0s monotonic=0s".
 func (o Offsets) String() string {
 	return fmt.Sprintf("realtime=%s monotonic=%s", signed(o.Realtime), signed(o.Monotonic))
+}
+
+// Rates are the drift rates of a process's clocks, in parts per million
+// of true elapsed time: from the moment a rate is set, a clock of rate
+// +500000 advances 1.5 s per true second, one of -500000 0.5 s. Realtime
+// applies to the CLOCK_REALTIME family (and gettimeofday, time), Monotonic
+// to the CLOCK_MONOTONIC family, as for [Offsets]. The zero value keeps
+// true rates. Both mechanisms (the shim's control file and the vDSO page)
+// compute the drift in the target at every clock read, so the clock is
+// continuous and, for rates above -1e6, strictly increasing as its true
+// counterpart is; no ticker rewrites an offset.
+type Rates struct {
+	Realtime  int64 `json:"realtime_ppm"`
+	Monotonic int64 `json:"monotonic_ppm"`
+}
+
+// Rate bounds, in ppm: a clock at least stopped (-1e6, rate 0×) and at
+// most 11× as fast as true time, which keeps the vDSO fake's 128-bit
+// product divisible without overflow (see vdso_linux_amd64.go).
+const (
+	MinPPM = -1_000_000
+	MaxPPM = 10_000_000
+)
+
+// PPM converts a rate factor (0.5 for half speed, 2 for double) to parts
+// per million of drift, rounded.
+func PPM(factor float64) int64 { return int64(math.Round((factor - 1) * 1e6)) }
+
+// Factor converts ppm of drift back to a rate factor.
+func Factor(ppm int64) float64 { return 1 + float64(ppm)/1e6 }
+
+// Validate reports a rate outside MinPPM..MaxPPM.
+func (r Rates) Validate() error {
+	for _, v := range []int64{r.Realtime, r.Monotonic} {
+		if v < MinPPM || v > MaxPPM {
+			return fmt.Errorf("drift %d ppm out of range %d..%d (a rate factor 0..%g)", v, MinPPM, MaxPPM, Factor(MaxPPM))
+		}
+	}
+	return nil
+}
+
+// String formats r as "realtime=1.5x monotonic=1x".
+func (r Rates) String() string {
+	return fmt.Sprintf("realtime=%gx monotonic=%gx", Factor(r.Realtime), Factor(r.Monotonic))
 }
 
 // signed formats d with an explicit sign for nonzero values.

@@ -235,6 +235,21 @@ func (c *controlFile) SetDrift(realtimePPM, monotonicPPM int64) error {
 	})
 }
 
+// SetSkew sets the fixed offsets and the drift rates in one write, the
+// drift counting from now: the shimmed process's clocks read true time
+// plus o at this moment and run at r from there.
+func (c *controlFile) SetSkew(o Offsets, r Rates) error {
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("set clock drift in %s: %w", c.path, err)
+	}
+	rt, mono := trueClocks()
+	return c.write(func(l *controlLayout) {
+		l.RTOffsetNS, l.MonoOffsetNS = int64(o.Realtime), int64(o.Monotonic)
+		l.RTRatePPM, l.MonoRatePPM = r.Realtime, r.Monotonic
+		l.RTBaseNS, l.MonoBaseNS = rt, mono
+	})
+}
+
 // Reset zeroes the offsets and drift rates: the shimmed process sees true
 // time again.
 func (c *controlFile) Reset() error {

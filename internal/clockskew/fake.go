@@ -20,10 +20,16 @@ type FakeProcess struct {
 	// Injected and Patched say whether the vDSO page is there and the
 	// vDSO patched to use it.
 	Injected, Patched bool
-	// VDSO are the offsets in the injected page.
-	VDSO Offsets
-	// File are the offsets of the shim's control file (nil: no file).
-	File *Offsets
+	// VDSO are the offsets in the injected page, VDSORates its drift
+	// rates, counted from VDSOSince.
+	VDSO      Offsets
+	VDSORates Rates
+	VDSOSince time.Time
+	// File are the offsets of the shim's control file (nil: no file),
+	// FileRates its drift rates, counted from FileSince.
+	File      *Offsets
+	FileRates Rates
+	FileSince time.Time
 	// ShimLoaded says whether the process has the shim loaded.
 	ShimLoaded bool
 }
@@ -137,6 +143,9 @@ func (h *FakeHelper) Exec(_ context.Context, node string, argv []string) (runtim
 	var rt, mono durationFlag
 	fs.Var(&rt, "realtime", "")
 	fs.Var(&mono, "monotonic", "")
+	var rtPPM, monoPPM int64Flag
+	fs.Var(&rtPPM, "realtime-ppm", "")
+	fs.Var(&monoPPM, "monotonic-ppm", "")
 	if err := fs.Parse(argv[4:]); err != nil {
 		return fakeFail(exitUsage, "clock %s %s: %v", mech, op, err)
 	}
@@ -152,8 +161,25 @@ func (h *FakeHelper) Exec(_ context.Context, node string, argv []string) (runtim
 		}
 		return o
 	}
-	ok := func(out string) (runtime.ExecResult, error) { return runtime.ExecResult{Stdout: []byte(out)}, nil }
 	now := time.Now()
+	// drifted sets *o, *r and *since as the helper would: named rates
+	// count from now, the drift so far kept as offset unless offsets are
+	// named too.
+	drifted := func(o *Offsets, r *Rates, since *time.Time) {
+		if !rtPPM.set && !monoPPM.set {
+			*o = merge(*o)
+			return
+		}
+		*o = merge(fakeEffective(*o, *r, *since, now))
+		if rtPPM.set {
+			r.Realtime = rtPPM.v
+		}
+		if monoPPM.set {
+			r.Monotonic = monoPPM.v
+		}
+		*since = now
+	}
+	ok := func(out string) (runtime.ExecResult, error) { return runtime.ExecResult{Stdout: []byte(out)}, nil }
 	switch mech + " " + op {
 	case "vdso tree":
 		return ok("1\n") // a fake node runs one process
@@ -161,17 +187,18 @@ func (h *FakeHelper) Exec(_ context.Context, node string, argv []string) (runtim
 		if h.denied[node] {
 			return fakeFail(exitEnv, "clock vdso inject: %v: operation not permitted", errPtraceDenied)
 		}
-		p.Injected, p.Patched, p.VDSO = true, true, merge(p.VDSO)
+		p.Injected, p.Patched = true, true
+		drifted(&p.VDSO, &p.VDSORates, &p.VDSOSince)
 		return ok("pid 1: injected\n")
 	case "vdso set":
 		if !p.Injected {
 			return fakeFail(exitOther, "clock vdso set: %v", errNotInjected)
 		}
-		p.VDSO = merge(p.VDSO)
+		drifted(&p.VDSO, &p.VDSORates, &p.VDSOSince)
 		return ok("pid 1: set\n")
 	case "vdso restore":
 		if p.Injected && !h.stuck[node] {
-			p.Patched, p.VDSO = false, Offsets{}
+			p.Patched, p.VDSO, p.VDSORates = false, Offsets{}, Rates{}
 		}
 		return ok("pid 1: restored\n")
 	case "vdso show":
@@ -187,7 +214,7 @@ func (h *FakeHelper) Exec(_ context.Context, node string, argv []string) (runtim
 		}
 		off := Offsets{}
 		if p.Patched {
-			off = p.VDSO
+			off = fakeEffective(p.VDSO, p.VDSORates, p.VDSOSince, now)
 		}
 		if !*asJSON {
 			return fakeFail(exitUsage, "want --json")
@@ -202,12 +229,12 @@ func (h *FakeHelper) Exec(_ context.Context, node string, argv []string) (runtim
 		if p.File != nil {
 			cur = *p.File
 		}
-		cur = merge(cur)
+		drifted(&cur, &p.FileRates, &p.FileSince)
 		p.File = &cur
 		return ok("file set\n")
 	case "file reset":
 		if p.File != nil && !h.stuck[node] {
-			*p.File = Offsets{}
+			*p.File, p.FileRates = Offsets{}, Rates{}
 		}
 		return ok("file reset\n")
 	}
@@ -223,5 +250,15 @@ func (h *FakeHelper) Now(_ context.Context, n runtime.Node) (time.Time, error) {
 	if p.File == nil || !p.ShimLoaded {
 		return time.Now(), nil
 	}
-	return time.Now().Add(p.File.Realtime), nil
+	now := time.Now()
+	return now.Add(fakeEffective(*p.File, p.FileRates, p.FileSince, now).Realtime), nil
+}
+
+// fakeEffective is the skew in force at now: o plus the drift at r since.
+func fakeEffective(o Offsets, r Rates, since, now time.Time) Offsets {
+	el := int64(now.Sub(since))
+	return Offsets{
+		Realtime:  o.Realtime + time.Duration(drift(el, r.Realtime)),
+		Monotonic: o.Monotonic + time.Duration(drift(el, r.Monotonic)),
+	}
 }

@@ -116,7 +116,7 @@ func TestFakeCodeListing(t *testing.T) {
 	for _, fn := range [][2]int{
 		{offClockGettim, len(fakeClockGettime)}, {offGettimeofda, len(fakeGettimeofday)}, {offTime, len(fakeTime)},
 	} {
-		o, err := exec.Command(objdump, "-D", "-b", "binary", "-mi386:x86-64", "-M", "intel",
+		o, err := exec.Command(objdump, "-D", "-b", "binary", "-mi386:x86-64", "-M", "intel", "--insn-width=10",
 			fmt.Sprintf("--start-address=%#x", fn[0]), fmt.Sprintf("--stop-address=%#x", fn[0]+fn[1]), bin).Output()
 		if err != nil {
 			t.Fatalf("objdump: %v", err)
@@ -156,8 +156,9 @@ func TestFakeCodeListing(t *testing.T) {
 }
 
 // TestFakeCodeBehaviour runs the fakes in a C harness for a table of
-// offsets: skewed clocks, untouched ones, errors, carries, and the
-// callee-saved registers.
+// offsets and drifts: skewed clocks, untouched ones, errors, carries and
+// borrows, and the callee-saved registers. A drift's bases are set `since`
+// before the run, so that it has accumulated rate×since by then.
 func TestFakeCodeBehaviour(t *testing.T) {
 	bin := buildC(t, "fakerun", "callcheck.S")
 	const tol = 100 * time.Millisecond
@@ -165,20 +166,43 @@ func TestFakeCodeBehaviour(t *testing.T) {
 		name     string
 		off      Offsets
 		stuckSeq bool // seq left odd: a writer died mid-update
+		rates    Rates
+		since    time.Duration
 	}{
-		{"zero", Offsets{}, false},
-		{"plus 1h", Offsets{Realtime: time.Hour}, false},
-		{"minus 30s", Offsets{Realtime: -30 * time.Second}, false},
-		{"nanosecond carry", Offsets{Realtime: 999999999, Monotonic: 999999999}, false},
-		{"minus 1ns", Offsets{Realtime: -1, Monotonic: -1}, false},
-		{"both clocks", Offsets{Realtime: -1500 * time.Millisecond, Monotonic: 2250 * time.Millisecond}, false},
-		{"big", Offsets{Realtime: 3*time.Hour + 500*time.Millisecond, Monotonic: -10 * time.Second}, false},
-		{"stuck writer", Offsets{Realtime: time.Minute}, true},
+		{name: "zero"},
+		{name: "plus 1h", off: Offsets{Realtime: time.Hour}},
+		{name: "minus 30s", off: Offsets{Realtime: -30 * time.Second}},
+		{name: "nanosecond carry", off: Offsets{Realtime: 999999999, Monotonic: 999999999}},
+		{name: "minus 1ns", off: Offsets{Realtime: -1, Monotonic: -1}},
+		{name: "both clocks", off: Offsets{Realtime: -1500 * time.Millisecond, Monotonic: 2250 * time.Millisecond}},
+		{name: "big", off: Offsets{Realtime: 3*time.Hour + 500*time.Millisecond, Monotonic: -10 * time.Second}},
+		{name: "stuck writer", off: Offsets{Realtime: time.Minute}, stuckSeq: true},
+		{name: "drift 1.5x realtime", rates: Rates{Realtime: 500_000}, since: 10 * time.Second},
+		{name: "drift 2x both", rates: Rates{Realtime: 1_000_000, Monotonic: 1_000_000}, since: 7 * time.Second},
+		{name: "drift slow with offsets", off: Offsets{Realtime: 2 * time.Second, Monotonic: -time.Second},
+			rates: Rates{Realtime: -250_000, Monotonic: -500_000}, since: 8 * time.Second},
+		{name: "drift borrow", off: Offsets{Realtime: 999999999, Monotonic: 1},
+			rates: Rates{Realtime: -100_000, Monotonic: -300_000}, since: 3 * time.Second},
+		{name: "drift stopped clock", rates: Rates{Realtime: -1_000_000}, since: 5 * time.Second},
+		{name: "drift 11x", rates: Rates{Realtime: MaxPPM, Monotonic: MaxPPM}, since: time.Second},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			img := pageImage()
 			copy(img[offTable:], encodeOffsets(tc.off))
+			bases := clockBases()
+			for id := range bases {
+				bases[id] -= int64(tc.since)
+			}
+			copy(img[offDrift:], encodeDrift(tc.rates, bases))
+			// The skew in force when the harness calls: the offset plus
+			// the drift accumulated over since (and the few ms until the
+			// call, within the tolerance for these rates and the 11x
+			// case's 1 s).
+			want := Offsets{
+				Realtime:  tc.off.Realtime + time.Duration(drift(int64(tc.since), tc.rates.Realtime)),
+				Monotonic: tc.off.Monotonic + time.Duration(drift(int64(tc.since), tc.rates.Monotonic)),
+			}
 			if tc.stuckSeq {
 				binary.LittleEndian.PutUint64(img[offSeq:], 7)
 			}
@@ -190,7 +214,7 @@ func TestFakeCodeBehaviour(t *testing.T) {
 			if err != nil {
 				t.Fatalf("fakerun: %v\n%s", err, out)
 			}
-			rtSec := time.Duration(tc.off.Realtime.Nanoseconds() / 1e9 * 1e9)
+			rtSec := time.Duration(want.Realtime.Nanoseconds() / 1e9 * 1e9)
 			for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 				f := strings.Fields(l)
 				n := make([]int64, len(f))
@@ -211,12 +235,12 @@ func TestFakeCodeBehaviour(t *testing.T) {
 				switch f[0] {
 				case "cg":
 					clk, ret, ns, truth := n[1], n[2], n[4], n[5]
-					var want time.Duration
+					var want1 time.Duration
 					switch clk {
 					case clockRealtime, clockRealtimeCoarse, clockTAI:
-						want = tc.off.Realtime
+						want1 = want.Realtime
 					case clockMonotonic, clockMonotonicRaw, clockMonoCoarse, clockBoottime:
-						want = tc.off.Monotonic
+						want1 = want.Monotonic
 					case 99:
 						if ret != -22 {
 							t.Errorf("%s: ret %d, want -EINVAL", l, ret)
@@ -234,8 +258,8 @@ func TestFakeCodeBehaviour(t *testing.T) {
 					if clk == clockRealtimeCoarse || clk == clockMonoCoarse {
 						truth -= int64(10 * time.Millisecond) // coarse clocks lag by a tick
 					}
-					if got := time.Duration(ns - truth); !near(got, want, tol+10*time.Millisecond) {
-						t.Errorf("%s: skew %s, want %s", l, got, want)
+					if got := time.Duration(ns - truth); !near(got, want1, tol+10*time.Millisecond) {
+						t.Errorf("%s: skew %s, want %s", l, got, want1)
 					}
 				case "cgnull":
 					if n[1] != -14 {
@@ -245,8 +269,8 @@ func TestFakeCodeBehaviour(t *testing.T) {
 					if n[1] != 0 {
 						t.Errorf("%s: ret %d", l, n[1])
 					}
-					if got := time.Duration(n[3]-n[4]) * time.Microsecond; !near(got, tc.off.Realtime, tol) {
-						t.Errorf("%s: skew %s, want %s", l, got, tc.off.Realtime)
+					if got := time.Duration(n[3]-n[4]) * time.Microsecond; !near(got, want.Realtime, tol) {
+						t.Errorf("%s: skew %s, want %s", l, got, want.Realtime)
 					}
 				case "gtodtz":
 					if n[1] != 0 || n[3] != n[4] {
@@ -260,7 +284,7 @@ func TestFakeCodeBehaviour(t *testing.T) {
 				case "timenull":
 					truth := n[len(f)-1]
 					if got := time.Duration(n[1]-truth) * time.Second; !near(got, rtSec, 2*time.Second) {
-						t.Errorf("%s: skew %s, want about %s", l, got, tc.off.Realtime)
+						t.Errorf("%s: skew %s, want about %s", l, got, want.Realtime)
 					}
 				case "elapsed":
 					if d := time.Duration(n[1]); d > 5*time.Second {

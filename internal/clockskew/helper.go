@@ -27,9 +27,11 @@ const (
 const helperUsage = `usage: clock [-v] <mechanism> <op> [flags]
 
 vDSO skew of a running process (Go programs and anything calling the vDSO; linux/amd64):
-  vdso inject  --pid P [--realtime D] [--monotonic D]   patch the vDSO, then set the given offsets
-  vdso set     --pid P [--realtime D] [--monotonic D]   change offsets (unnamed ones are kept)
-  vdso reset   --pid P                                  offsets to zero (stays patched)
+  vdso inject  --pid P [--realtime D] [--monotonic D] [--realtime-ppm N] [--monotonic-ppm N]
+                                                        patch the vDSO, then set the given offsets/rates
+  vdso set     --pid P [--realtime D] [--monotonic D] [--realtime-ppm N] [--monotonic-ppm N]
+                                                        change offsets/rates (unnamed ones are kept)
+  vdso reset   --pid P                                  offsets and rates to zero (stays patched)
   vdso restore --pid P                                  write the original vDSO bytes back
   vdso show    --pid P [--json]                         offsets and patch state, read from the process
   vdso now     --pid P [--json]                         call the process's clock_gettime and compare
@@ -45,7 +47,11 @@ Shim:
   shim build --out PATH    compile the LD_PRELOAD shim (needs gcc or $CC)
   shim source              print the shim's C source
 
-D is a signed Go duration: +1h, -2.5s, 300ms. vdso operations take --timeout (default 30s).
+D is a signed Go duration: +1h, -2.5s, 300ms. N is a drift in parts per million of true
+time, -1000000..10000000: +500000 runs the clock 1.5x as fast, -500000 half as fast. A rate
+counts from the moment it is set; the drift accumulated under the old rate is kept as offset
+unless offsets are given with it (then the clock reads true time plus them at that moment).
+vdso operations take --timeout (default 30s).
 Exit status: 0 ok, 1 failure, 2 usage, 3 environment/permission.
 `
 
@@ -229,6 +235,28 @@ func (f *opFlags) merge(cur Offsets) Offsets {
 	return cur
 }
 
+// skew returns the offsets and rates to write over cur: the offsets named
+// on the command line replace cur's; rates named (nil if none) replace
+// cur's and count from now, the drift accumulated under cur's rates kept
+// as offset for a clock whose offset is not named, so that it stays
+// continuous.
+func (f *opFlags) skew(cur pageSkew) (Offsets, *Rates, error) {
+	if !f.realtimePPM.set && !f.monoPPM.set {
+		return f.merge(cur.Offsets), nil, nil
+	}
+	r := cur.Rates
+	if f.realtimePPM.set {
+		r.Realtime = f.realtimePPM.v
+	}
+	if f.monoPPM.set {
+		r.Monotonic = f.monoPPM.v
+	}
+	if err := r.Validate(); err != nil {
+		return Offsets{}, nil, usageErr("%v", err)
+	}
+	return f.merge(cur.Effective(trueClocks())), &r, nil
+}
+
 func (h *helper) dispatch(ctx context.Context, args []string) error {
 	if len(args) < 2 {
 		return usageErr("%s needs an operation", args[0])
@@ -250,7 +278,7 @@ func (h *helper) vdso(ctx context.Context, op string, args []string) error {
 	var err error
 	switch op {
 	case "inject", "set":
-		f, err = h.parse("vdso", op, args, "pid", "realtime", "monotonic", "timeout")
+		f, err = h.parse("vdso", op, args, "pid", "realtime", "monotonic", "realtime-ppm", "monotonic-ppm", "timeout")
 	case "reset", "restore":
 		f, err = h.parse("vdso", op, args, "pid", "timeout")
 	case "show", "now":
@@ -277,30 +305,42 @@ func (h *helper) vdso(ctx context.Context, op string, args []string) error {
 	defer cancel()
 	switch op {
 	case "inject":
-		cur := Offsets{}
+		cur := pageSkew{}
 		if st, err := inspectSkew(f.pid); err != nil {
 			return err
 		} else if st.Injected {
-			cur = st.Offsets
+			cur = pageSkew{Offsets: st.Offsets, Rates: st.Rates, Bases: st.Bases}
 		}
-		s, err := injectSkew(ctx, f.pid, withLogger(h.log), withOffsets(f.merge(cur)))
+		o, r, err := f.skew(cur)
+		if err != nil {
+			return err
+		}
+		opts := []skewOption{withLogger(h.log), withOffsets(o)}
+		if r != nil {
+			opts = append(opts, withRates(*r))
+		}
+		s, err := injectSkew(ctx, f.pid, opts...)
 		if err != nil {
 			return err
 		}
 		return h.printStatus(s.Status())
 	case "set":
-		if !f.realtime.set && !f.monotonic.set {
-			return usageErr("vdso set needs --realtime and/or --monotonic")
+		if !f.realtime.set && !f.monotonic.set && !f.realtimePPM.set && !f.monoPPM.set {
+			return usageErr("vdso set needs --realtime, --monotonic, --realtime-ppm and/or --monotonic-ppm")
 		}
 		s, err := openSkew(f.pid, withLogger(h.log))
 		if err != nil {
 			return err
 		}
-		cur, err := s.Offsets()
+		cur, err := s.Skew()
 		if err != nil {
 			return err
 		}
-		if err := s.Set(ctx, f.merge(cur)); err != nil {
+		o, r, err := f.skew(cur)
+		if err != nil {
+			return err
+		}
+		if err := s.SetSkew(ctx, o, r); err != nil {
 			return err
 		}
 		return h.printStatus(s.Status())
@@ -363,7 +403,11 @@ func (h *helper) printStatus(st skewStatus, err error) error {
 	if len(st.Patched) > 0 {
 		patched = strings.Join(st.Patched, " ")
 	}
-	fmt.Fprintf(h.stdout, "pid %d: page %#x %s patched: %s\n", st.PID, st.Page, st.Offsets, patched)
+	drift := ""
+	if st.Rates != (Rates{}) {
+		drift = " drift " + st.Rates.String()
+	}
+	fmt.Fprintf(h.stdout, "pid %d: page %#x %s%s patched: %s\n", st.PID, st.Page, st.Offsets, drift, patched)
 	return nil
 }
 
@@ -402,22 +446,19 @@ func (h *helper) file(op string, args []string) error {
 		if err != nil {
 			return err
 		}
-		if f.realtime.set || f.monotonic.set {
-			if err := c.Set(f.merge(st.Offsets)); err != nil {
-				return err
-			}
+		cur := pageSkew{Offsets: st.Offsets, Rates: Rates{Realtime: st.RealtimePPM, Monotonic: st.MonotonicPPM}}
+		cur.Bases[clockRealtime], cur.Bases[clockMonotonic] = st.RealtimeBase, st.MonotonicBase
+		o, r, err := f.skew(cur)
+		if err != nil {
+			return err
 		}
-		if f.realtimePPM.set || f.monoPPM.set {
-			rt, mono := st.RealtimePPM, st.MonotonicPPM
-			if f.realtimePPM.set {
-				rt = f.realtimePPM.v
-			}
-			if f.monoPPM.set {
-				mono = f.monoPPM.v
-			}
-			if err := c.SetDrift(rt, mono); err != nil {
-				return err
-			}
+		if r == nil {
+			err = c.Set(o)
+		} else {
+			err = c.SetSkew(o, *r)
+		}
+		if err != nil {
+			return err
 		}
 		return h.printFile(c, false)
 	case "reset":

@@ -62,7 +62,7 @@ func TestHelperUsage(t *testing.T) {
 		{[]string{"vdso"}, exitUsage, "vdso needs an operation", ""},
 		{[]string{"vdso", "frob", "--pid", "1"}, exitUsage, `unknown vdso operation "frob"`, ""},
 		{[]string{"vdso", "inject"}, exitUsage, "needs --pid", ""},
-		{[]string{"vdso", "set", "--pid", "1"}, exitUsage, "needs --realtime and/or --monotonic", ""},
+		{[]string{"vdso", "set", "--pid", "1"}, exitUsage, "needs --realtime, --monotonic, --realtime-ppm and/or --monotonic-ppm", ""},
 		{[]string{"vdso", "inject", "--pid", "1", "--realtime", "soon"}, exitUsage, "want a signed duration", ""},
 		{[]string{"vdso", "reset", "--pid", "1", "--realtime", "1s"}, exitUsage, "does not take --realtime", ""},
 		{[]string{"vdso", "show", "--pid", "1", "extra"}, exitUsage, `unexpected argument "extra"`, ""},

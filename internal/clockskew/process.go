@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -55,6 +56,81 @@ type Observation struct {
 	HasMonotonic bool          `json:"has_monotonic"`
 	// Uncertainty bounds the error of the comparison.
 	Uncertainty time.Duration `json:"uncertainty"`
+	// At is the true CLOCK_REALTIME of the observation (the midpoint of
+	// the true readings around it): two observations measure a rate.
+	At time.Time `json:"at"`
+}
+
+// RateTolerance is how far a measured rate factor may be from the one
+// set, besides the measurement's own uncertainty ([RateReading]): both
+// mechanisms compute the drift exactly in the target, so what is left is
+// the observations' timing, which the uncertainty bounds; the tolerance
+// covers the truncation of the drift to whole nanoseconds and clock
+// resolution with a wide margin.
+const RateTolerance = 0.01
+
+// RateReading is the rate at which a process's clocks ran between two
+// observations, as factors of true time (1: true rate; 2: twice as fast).
+type RateReading struct {
+	Realtime float64 `json:"realtime"`
+	// Monotonic is valid only when HasMonotonic (vDSO observations).
+	Monotonic    float64 `json:"monotonic"`
+	HasMonotonic bool    `json:"has_monotonic"`
+	// Over is the true time between the observations.
+	Over time.Duration `json:"over_ns"`
+	// Uncertainty bounds each rate's error from the observations'
+	// uncertainties: (u1 + u2) / Over.
+	Uncertainty float64 `json:"uncertainty"`
+}
+
+// String formats r as "realtime=1.998x monotonic=0.501x ±0.004 over 2s".
+func (r RateReading) String() string {
+	s := fmt.Sprintf("realtime=%.4gx", r.Realtime)
+	if r.HasMonotonic {
+		s += fmt.Sprintf(" monotonic=%.4gx", r.Monotonic)
+	}
+	return s + fmt.Sprintf(" ±%.2g over %s", r.Uncertainty, r.Over.Round(time.Millisecond))
+}
+
+// RateBetween returns the rates a process's clocks ran at between
+// observations a and b (b later): one plus the change of the offset per
+// true second.
+func RateBetween(a, b Observation) (RateReading, error) {
+	over := b.At.Sub(a.At)
+	if over <= 0 {
+		return RateReading{}, fmt.Errorf("rate between observations at %s and %s: no time passed", a.At.Format(time.RFC3339Nano), b.At.Format(time.RFC3339Nano))
+	}
+	r := RateReading{
+		Realtime:     1 + float64(b.Realtime-a.Realtime)/float64(over),
+		HasMonotonic: a.HasMonotonic && b.HasMonotonic,
+		Over:         over,
+		Uncertainty:  float64(a.Uncertainty+b.Uncertainty) / float64(over),
+	}
+	if r.HasMonotonic {
+		r.Monotonic = 1 + float64(b.Monotonic-a.Monotonic)/float64(over)
+	}
+	return r, nil
+}
+
+// ErrRateNotVerified reports a process whose clock does not run at the
+// rate set.
+var ErrRateNotVerified = errors.New("process's clock does not run at the rate set")
+
+// CheckRate checks a measured rate against the rates set: within
+// RateTolerance plus the reading's uncertainty.
+func CheckRate(name string, got RateReading, want Rates) error {
+	tol := RateTolerance + got.Uncertainty
+	if d := got.Realtime - Factor(want.Realtime); math.Abs(d) > tol {
+		return fmt.Errorf("%s: CLOCK_REALTIME ran at %.4gx, want %.4gx (±%.2g over %s): %w",
+			name, got.Realtime, Factor(want.Realtime), tol, got.Over.Round(time.Millisecond), ErrRateNotVerified)
+	}
+	if got.HasMonotonic {
+		if d := got.Monotonic - Factor(want.Monotonic); math.Abs(d) > tol {
+			return fmt.Errorf("%s: CLOCK_MONOTONIC ran at %.4gx, want %.4gx (±%.2g over %s): %w",
+				name, got.Monotonic, Factor(want.Monotonic), tol, got.Over.Round(time.Millisecond), ErrRateNotVerified)
+		}
+	}
+	return nil
 }
 
 // Process is the clock of one node's main process (PID 1 of its
@@ -227,6 +303,57 @@ func (p *Process) Flip(ctx context.Context, o Offsets) error {
 	return nil
 }
 
+// Drift makes the process's clocks read true time plus o at this moment
+// and run at rates r from there (the drift computed in the process at
+// every read: by the shim from its control file, or by the injected vDSO
+// code from its page). Like Set, it injects the vDSO first if needed.
+// [Process.MeasureRate] observes the rates; [Process.Reset] ends the drift
+// and puts the clocks back on true time at once (a jump back by whatever
+// the drift had gained).
+func (p *Process) Drift(ctx context.Context, o Offsets, r Rates) error {
+	if err := r.Validate(); err != nil {
+		return fmt.Errorf("drift clock of %s: %w", p.node.Name(), err)
+	}
+	p.touch(p.node, true)
+	args := []string{"--realtime", durArg(o.Realtime), "--monotonic", durArg(o.Monotonic),
+		"--realtime-ppm", fmt.Sprint(r.Realtime), "--monotonic-ppm", fmt.Sprint(r.Monotonic)}
+	var err error
+	if p.shim != nil {
+		_, err = p.helper(ctx, append([]string{"file", "set", "--path", p.shim.controlPath()}, args...)...)
+	} else {
+		err = p.eachPid(ctx, func(pid string) error {
+			_, err := p.helper(ctx, append([]string{"vdso", "inject", "--pid", pid}, args...)...)
+			return err
+		})
+	}
+	if err != nil {
+		return fmt.Errorf("drift clock of %s at %s from %s: %w", p.node.Name(), r, o, err)
+	}
+	return nil
+}
+
+// Observe reads the process's own view of its clocks once (see observe).
+func (p *Process) Observe(ctx context.Context) (Observation, error) { return p.observe(ctx) }
+
+// MeasureRate observes the process twice, over apart, and returns the
+// rates its clocks ran at in between.
+func (p *Process) MeasureRate(ctx context.Context, over time.Duration) (RateReading, error) {
+	a, err := p.observe(ctx)
+	if err != nil {
+		return RateReading{}, err
+	}
+	select {
+	case <-ctx.Done():
+		return RateReading{}, ctx.Err()
+	case <-time.After(over):
+	}
+	b, err := p.observe(ctx)
+	if err != nil {
+		return RateReading{}, err
+	}
+	return RateBetween(a, b)
+}
+
 // nowJSON is `clock vdso now --json`'s output (a [skewReading]).
 type nowJSON struct {
 	Realtime      time.Time     `json:"realtime"`
@@ -257,7 +384,7 @@ func (p *Process) observe(ctx context.Context) (Observation, error) {
 		mid := before.Round(0).Add(half)
 		// The process's answer is truncated to its resolution (Redis:
 		// microseconds); a microsecond more covers it.
-		return Observation{Realtime: got.Sub(mid), Uncertainty: half + time.Microsecond}, nil
+		return Observation{Realtime: got.Sub(mid), Uncertainty: half + time.Microsecond, At: mid}, nil
 	}
 	return p.observePid(ctx, "1")
 }
@@ -277,6 +404,7 @@ func (p *Process) observePid(ctx context.Context, pid string) (Observation, erro
 		Monotonic:    r.Monotonic - r.TrueMonotonic,
 		HasMonotonic: true,
 		Uncertainty:  r.Uncertainty,
+		At:           r.TrueRealtime,
 	}, nil
 }
 

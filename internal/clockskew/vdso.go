@@ -18,6 +18,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The injected region is two pages: page 0 (r-x) holds the data area and
@@ -28,15 +30,24 @@ import (
 //	0x000  magic      "SBVDSO\x00\x01"   finds the page again from another process
 //	0x008  seq        uint64             seqlock, odd while the offsets are written
 //	0x010  table      [12]{sec, nsec int64}  per clock id 0..11, 0 <= nsec < 1e9
-//	0x0d0  rt_usec    int64              table[0].nsec/1000, for gettimeofday
+//	0x0d0  rt_usec    int64              table[0].nsec/1000 (read by the code of
+//	                                     earlier builds only, kept for them)
 //	0x0e0  patches    [3]{addr uint64; len, _ uint32; orig [16]byte}
 //	                                     the vDSO entry points patched and the
 //	                                     bytes they held (clock_gettime,
 //	                                     gettimeofday, time)
 //	0x140  trap       int3               return address of probe calls
 //	0x200  fake_clock_gettime
-//	0x280  fake_gettimeofday
-//	0x300  fake_time
+//	0x300  fake_gettimeofday
+//	0x380  fake_time
+//	0x400  drift      [12]{rate_ppm, base_ns int64}  per clock id: the clock
+//	                                     runs rate_ppm parts per million fast
+//	                                     (slow if negative) since its true
+//	                                     reading was base_ns; rate 0 = no drift
+//
+// The code (0x140..0x400) is rewritten at every injection, so a page left
+// by an earlier build runs this build's code; its drift table, zero there,
+// means no drift.
 const (
 	pageSize       = 4096
 	injectSize     = 2 * pageSize
@@ -48,8 +59,10 @@ const (
 	patchRecSize   = 32
 	offTrap        = 0x140
 	offClockGettim = 0x200
-	offGettimeofda = 0x280
-	offTime        = 0x300
+	offGettimeofda = 0x300
+	offTime        = 0x380
+	offDrift       = 0x400
+	driftLen       = numSkewClocks * 16
 	offScratch     = pageSize
 	offsetsLen     = offRTUsec + 8 - offTable // table + rt_usec, written as one block
 )
@@ -154,10 +167,85 @@ func (m *procMem) write(addr uint64, b []byte) error {
 	return nil
 }
 
-// writeOffsets stores o in the page at page with the seqlock protocol the
-// fake functions read with. Each step is a separate write, so the odd
-// sequence number is visible before any offset changes.
+// pageSkew is the skew a page holds: the fixed offsets, the drift rates
+// and the true clock readings the drift counts from (per clock id).
+type pageSkew struct {
+	Offsets
+	Rates
+	Bases [numSkewClocks]int64
+}
+
+// Effective returns the total skew in force when the true realtime and
+// monotonic clocks read rt and mono (ns), drift included.
+func (p pageSkew) Effective(rt, mono int64) Offsets {
+	return Offsets{
+		Realtime:  p.Offsets.Realtime + time.Duration(drift(rt-p.Bases[clockRealtime], p.Rates.Realtime)),
+		Monotonic: p.Offsets.Monotonic + time.Duration(drift(mono-p.Bases[clockMonotonic], p.Rates.Monotonic)),
+	}
+}
+
+// encodeDrift renders r, counted from bases, as the page's drift table
+// (driftLen bytes).
+func encodeDrift(r Rates, bases [numSkewClocks]int64) []byte {
+	b := make([]byte, driftLen)
+	put := func(id int, ppm int64) {
+		if ppm == 0 {
+			return // an unused slot stays zero
+		}
+		binary.LittleEndian.PutUint64(b[id*16:], uint64(ppm))
+		binary.LittleEndian.PutUint64(b[id*16+8:], uint64(bases[id]))
+	}
+	for _, id := range realtimeClocks {
+		put(id, r.Realtime)
+	}
+	for _, id := range monotonicClocks {
+		put(id, r.Monotonic)
+	}
+	return b
+}
+
+// decodeDrift reads the realtime and monotonic rates and every base back.
+func decodeDrift(b []byte) (Rates, [numSkewClocks]int64) {
+	var bases [numSkewClocks]int64
+	for id := range bases {
+		bases[id] = int64(binary.LittleEndian.Uint64(b[id*16+8:]))
+	}
+	return Rates{
+		Realtime:  int64(binary.LittleEndian.Uint64(b[clockRealtime*16:])),
+		Monotonic: int64(binary.LittleEndian.Uint64(b[clockMonotonic*16:])),
+	}, bases
+}
+
+// rawClock reads clock id with a raw syscall (never the vDSO, which a
+// test may have patched in this very process), in ns.
+func rawClock(id int) int64 {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(int32(id), &ts)
+	return ts.Nano()
+}
+
+// clockBases reads every skewed clock id's true value (ns) with raw
+// syscalls, the bases of a drift starting now.
+func clockBases() [numSkewClocks]int64 {
+	var bases [numSkewClocks]int64
+	for _, ids := range [][]int{realtimeClocks, monotonicClocks} {
+		for _, id := range ids {
+			bases[id] = rawClock(id)
+		}
+	}
+	return bases
+}
+
+// writeOffsets stores o in the page, keeping its drift.
 func writeOffsets(m *procMem, page uint64, o Offsets) error {
+	return writeSkew(m, page, o, nil)
+}
+
+// writeSkew stores o in the page at page, and r too when it is not nil
+// (the drift then counts from now), with the seqlock protocol the fake
+// functions read with. Each step is a separate write, so the odd sequence
+// number is visible before anything changes.
+func writeSkew(m *procMem, page uint64, o Offsets, r *Rates) error {
 	b, err := m.read(page+offSeq, 8)
 	if err != nil {
 		return err
@@ -174,27 +262,38 @@ func writeOffsets(m *procMem, page uint64, o Offsets) error {
 	if err := m.write(page+offTable, encodeOffsets(o)); err != nil {
 		return err
 	}
+	if r != nil {
+		if err := m.write(page+offDrift, encodeDrift(*r, clockBases())); err != nil {
+			return err
+		}
+	}
 	return put(seq + 1)
 }
 
-// readOffsets reads a consistent snapshot of the page's offsets.
-func readOffsets(m *procMem, page uint64) (Offsets, error) {
+// readOffsets reads a consistent snapshot of the page's offsets and drift.
+func readOffsets(m *procMem, page uint64) (pageSkew, error) {
 	for range 1000 {
 		b, err := m.read(page+offSeq, offRTUsec+8-offSeq)
 		if err != nil {
-			return Offsets{}, err
+			return pageSkew{}, err
+		}
+		d, err := m.read(page+offDrift, driftLen)
+		if err != nil {
+			return pageSkew{}, err
 		}
 		seq := binary.LittleEndian.Uint64(b)
 		s2, err := m.read(page+offSeq, 8)
 		if err != nil {
-			return Offsets{}, err
+			return pageSkew{}, err
 		}
 		if seq&1 == 0 && binary.LittleEndian.Uint64(s2) == seq {
-			return decodeOffsets(b[offTable-offSeq:]), nil
+			st := pageSkew{Offsets: decodeOffsets(b[offTable-offSeq:])}
+			st.Rates, st.Bases = decodeDrift(d)
+			return st, nil
 		}
 		time.Sleep(time.Microsecond)
 	}
-	return Offsets{}, fmt.Errorf("read offsets in %d: seqlock stuck odd (a writer died mid-update; set the offsets again)", m.pid)
+	return pageSkew{}, fmt.Errorf("read offsets in %d: seqlock stuck odd (a writer died mid-update; set the offsets again)", m.pid)
 }
 
 // mapping is one line of /proc/PID/maps.
@@ -384,6 +483,10 @@ type skewStatus struct {
 	Page uint64 `json:"page"`
 	// Offsets are the offsets in the page.
 	Offsets Offsets `json:"offsets"`
+	// Rates are its drift rates, Bases the true clock readings they
+	// count from (per clock id).
+	Rates Rates                `json:"rates"`
+	Bases [numSkewClocks]int64 `json:"bases_ns"`
 	// Patched lists the vDSO functions currently jumping to the fakes;
 	// empty after restoreSkew.
 	Patched []string `json:"patched"`
@@ -395,6 +498,7 @@ type skewOption func(*options)
 type options struct {
 	log     *slog.Logger
 	offsets *Offsets
+	rates   *Rates
 }
 
 // withLogger sets the logger for progress messages (default: discard).
@@ -404,6 +508,10 @@ func withLogger(l *slog.Logger) skewOption { return func(o *options) { o.log = l
 // never runs the fakes with stale offsets. Without it a fresh injection
 // starts at zero and an existing one keeps its offsets.
 func withOffsets(off Offsets) skewOption { return func(o *options) { o.offsets = &off } }
+
+// withRates makes injectSkew set r, counted from the moment it writes them,
+// with the offsets (which it then needs: withOffsets).
+func withRates(r Rates) skewOption { return func(o *options) { o.rates = &r } }
 
 func buildOptions(opts []skewOption) *options {
 	o := &options{log: slog.New(slog.DiscardHandler)}
@@ -441,6 +549,14 @@ func injectSkew(ctx context.Context, pid int, opts ...skewOption) (*vdsoSkew, er
 	o := buildOptions(opts)
 	if err := checkProcess(pid); err != nil {
 		return nil, fmt.Errorf("inject clock skew: %w", err)
+	}
+	if o.rates != nil {
+		if o.offsets == nil {
+			return nil, errors.New("inject clock skew: drift rates need offsets too (withOffsets)")
+		}
+		if err := o.rates.Validate(); err != nil {
+			return nil, fmt.Errorf("inject clock skew: %w", err)
+		}
 	}
 	return archInject(ctx, pid, o)
 }
@@ -482,9 +598,11 @@ func inspectSkew(pid int) (skewStatus, error) {
 		return st, err
 	}
 	st.Injected, st.Page = true, page
-	if st.Offsets, err = readOffsets(m, page); err != nil {
+	sk, err := readOffsets(m, page)
+	if err != nil {
 		return st, err
 	}
+	st.Offsets, st.Rates, st.Bases = sk.Offsets, sk.Rates, sk.Bases
 	st.Patched, err = patchedFuncs(m, page)
 	return st, err
 }
@@ -520,14 +638,24 @@ func (s *vdsoSkew) PID() int { return s.pid }
 // Page returns the injected page's address in the target.
 func (s *vdsoSkew) Page() uint64 { return s.page }
 
-// Set changes the offsets by writing the page through /proc/PID/mem
-// (seqlocked); the process is not stopped unless the kernel only allows
-// the write from an attached tracer, in which case one thread is stopped
-// for the write.
-func (s *vdsoSkew) Set(ctx context.Context, o Offsets) error {
+// Set changes the offsets, keeping the drift, by writing the page through
+// /proc/PID/mem (seqlocked); the process is not stopped unless the kernel
+// only allows the write from an attached tracer, in which case one thread
+// is stopped for the write.
+func (s *vdsoSkew) Set(ctx context.Context, o Offsets) error { return s.SetSkew(ctx, o, nil) }
+
+// SetSkew changes the offsets, and the drift rates when r is not nil (the
+// drift then counts from now: the process's clocks read true time plus o
+// at this moment), as Set does.
+func (s *vdsoSkew) SetSkew(ctx context.Context, o Offsets, r *Rates) error {
+	if r != nil {
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("set clock drift of %d: %w", s.pid, err)
+		}
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if err := s.setDirect(o); err == nil {
+	if err := s.setDirect(o, r); err == nil {
 		return nil
 	} else if !errors.Is(err, syscall.EIO) && !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.EACCES) {
 		return fmt.Errorf("set clock offsets of %d: %w", s.pid, err)
@@ -538,7 +666,7 @@ func (s *vdsoSkew) Set(ctx context.Context, o Offsets) error {
 		if err := s.checkPage(m); err != nil {
 			return err
 		}
-		return writeOffsets(m, s.page, o)
+		return writeSkew(m, s.page, o, r)
 	})
 	if err != nil {
 		return fmt.Errorf("set clock offsets of %d: %w", s.pid, err)
@@ -549,7 +677,7 @@ func (s *vdsoSkew) Set(ctx context.Context, o Offsets) error {
 // forceTracerWrites makes Set take its tracer path (tests).
 var forceTracerWrites = false
 
-func (s *vdsoSkew) setDirect(o Offsets) error {
+func (s *vdsoSkew) setDirect(o Offsets, r *Rates) error {
 	if forceTracerWrites {
 		return syscall.EIO
 	}
@@ -561,10 +689,10 @@ func (s *vdsoSkew) setDirect(o Offsets) error {
 	if err := s.checkPage(m); err != nil {
 		return err
 	}
-	if err := writeOffsets(m, s.page, o); err != nil {
+	if err := writeSkew(m, s.page, o, r); err != nil {
 		return err
 	}
-	s.log.Debug("clock offsets set", "pid", s.pid, "offsets", o)
+	s.log.Debug("clock offsets set", "pid", s.pid, "offsets", o, "rates", r)
 	return nil
 }
 
@@ -577,15 +705,21 @@ func (s *vdsoSkew) checkPage(m *procMem) error {
 	return nil
 }
 
-// Offsets reads the offsets back from the page.
+// Offsets reads the fixed offsets back from the page.
 func (s *vdsoSkew) Offsets() (Offsets, error) {
+	sk, err := s.Skew()
+	return sk.Offsets, err
+}
+
+// Skew reads the offsets and the drift back from the page.
+func (s *vdsoSkew) Skew() (pageSkew, error) {
 	m, err := openMem(s.pid)
 	if err != nil {
-		return Offsets{}, err
+		return pageSkew{}, err
 	}
 	defer m.Close()
 	if err := s.checkPage(m); err != nil {
-		return Offsets{}, err
+		return pageSkew{}, err
 	}
 	return readOffsets(m, s.page)
 }
@@ -593,9 +727,9 @@ func (s *vdsoSkew) Offsets() (Offsets, error) {
 // Status reports the skew's state.
 func (s *vdsoSkew) Status() (skewStatus, error) { return inspectSkew(s.pid) }
 
-// Reset sets the offsets to zero: the process sees true time, still
-// through the fakes.
-func (s *vdsoSkew) Reset(ctx context.Context) error { return s.Set(ctx, Offsets{}) }
+// Reset sets the offsets and rates to zero: the process sees true time,
+// still through the fakes.
+func (s *vdsoSkew) Reset(ctx context.Context) error { return s.SetSkew(ctx, Offsets{}, &Rates{}) }
 
 // Restore writes the original vDSO bytes back (stopping every thread
 // while it does) and zeroes the offsets. The page stays mapped, unused,

@@ -20,205 +20,222 @@ import (
 )
 
 // The fake functions, hand-assembled for x86-64 at their page-0 offsets
-// (rip-relative displacements depend on them). They follow the SysV ABI
-// as the vDSO does: arguments in rdi/rsi, result in rax, and they touch
-// only caller-saved registers (rax, rcx, rdx, rdi, r8-r11; the syscall
-// instruction itself clobbers rcx and r11). clock_gettime and
-// gettimeofday use no stack beyond their return address; time uses 16
-// bytes. Each reads the offsets under the page's seqlock (retrying at most
-// 65536 times, then using what it read, so a writer that died mid-update
-// cannot hang the process).
+// (rip-relative displacements depend on them; the source is the listing
+// below, assembled with GNU as and checked against objdump by
+// TestFakeCodeListing). They follow the SysV ABI as the vDSO does:
+// arguments in rdi/rsi, result in rax, and they touch only caller-saved
+// registers (rax, rcx, rdx, rsi, rdi, r8-r11; the syscall instruction
+// itself clobbers rcx and r11). clock_gettime uses no stack beyond its
+// return address, gettimeofday 16 bytes, time 40. clock_gettime reads the
+// clock id's fixed offset and drift (rate, base) under the page's seqlock
+// (retrying at most 65536 times, then using what it read, so a writer that
+// died mid-update cannot hang the process) and returns
+//
+//	true + offset + (true - base) * rate_ppm / 1e6
+//
+// (the drift truncated toward zero, as the shim does); gettimeofday and
+// time call it for CLOCK_REALTIME, so all three agree. The product is
+// 128 bits wide; the quotient fits 64 bits as long as |rate_ppm| <= 1e7
+// and the drift has run for less than 29 years, which [Rates.Validate]
+// and the writer (which sets base to the clock's value when it sets a
+// rate) guarantee: an overflow would raise #DE in the target.
 //
 // fake_clock_gettime (0x200): int (clockid_t id, struct timespec *ts)
 //
-//	200: 41 89 f8             mov    r8d, edi          ; clock id, survives syscall
-//	203: 49 89 f1             mov    r9, rsi           ; ts
-//	206: b8 e4 00 00 00       mov    eax, 228          ; __NR_clock_gettime
-//	20b: 0f 05                syscall                  ; rax = 0 or -errno
-//	20d: 48 85 c0             test   rax, rax
-//	210: 75 53                jne    265 <ret>         ; error: return it, like the vDSO
-//	212: 41 83 f8 0c          cmp    r8d, 12
-//	216: 73 4d                jae    265 <ret>         ; ids >= 12 and CPU clocks (<0): untouched
-//	218: 41 c1 e0 04          shl    r8d, 4            ; id * sizeof {sec, nsec}
-//	21c: 4c 8d 15 e5 fd ff ff lea    r10, [rip-0x21b]  ; r10 = &seq (0x008)
-//	223: bf 00 00 01 00       mov    edi, 0x10000      ; retry bound
-//	228: 49 8b 12             mov    rdx, [r10]        ; <retry> s1 = seq
-//	22b: 4b 8b 4c 02 08       mov    rcx, [r10+r8+8]   ; off.sec  (table = seq+8)
-//	230: 4f 8b 5c 02 10       mov    r11, [r10+r8+16]  ; off.nsec
-//	235: 49 3b 12             cmp    rdx, [r10]        ; s1 == seq ?
-//	238: 75 05                jne    23f <spin>
-//	23a: f6 c2 01             test   dl, 1             ; even: stable snapshot
-//	23d: 74 06                je     245 <apply>
-//	23f: f3 90                pause                    ; <spin>
-//	241: ff cf                dec    edi
-//	243: 75 e3                jne    228 <retry>
-//	245: 49 01 09             add    [r9], rcx         ; <apply> ts->tv_sec += off.sec
-//	248: 4d 03 59 08          add    r11, [r9+8]       ; nsec = ts->tv_nsec + off.nsec
-//	24c: 49 81 fb 00 ca 9a 3b cmp    r11, 1000000000
-//	253: 7c 0a                jl     25f <store>
-//	255: 49 81 eb 00 ca 9a 3b sub    r11, 1000000000
-//	25c: 49 ff 01             inc    qword [r9]        ; carry into tv_sec
-//	25f: 4d 89 59 08          mov    [r9+8], r11       ; <store>
-//	263: 31 c0                xor    eax, eax          ; return 0
-//	265: c3                   ret                      ; <ret>
+//	200: 41 89 f8                 mov    r8d, edi                 ; clock id, survives syscall
+//	203: 49 89 f1                 mov    r9, rsi                  ; ts
+//	206: b8 e4 00 00 00           mov    eax, 0xe4                ; __NR_clock_gettime
+//	20b: 0f 05                    syscall                         ; rax = 0 or -errno
+//	20d: 48 85 c0                 test   rax, rax
+//	210: 0f 85 ad 00 00 00        jne    2c3                      ; error: return it, like the vDSO
+//	216: 41 83 f8 0c              cmp    r8d, 12
+//	21a: 0f 83 a3 00 00 00        jae    2c3                      ; ids >= 12 and CPU clocks (<0): untouched
+//	220: 41 c1 e0 04              shl    r8d, 4                   ; id * 16 (both tables)
+//	224: 4c 8d 15 dd fd ff ff     lea    r10, [rip-0x223]         ; r10 = &seq (0x008)
+//	22b: bf 00 00 01 00           mov    edi, 0x10000             ; retry bound
+//	230: 49 8b 12                 mov    rdx, qword [r10]         ; <retry> s1 = seq
+//	233: 4b 8b 4c 02 08           mov    rcx, qword [r10+r8+8]    ; off.sec  (table = seq+8)
+//	238: 4f 8b 5c 02 10           mov    r11, qword [r10+r8+0x10] ; off.nsec
+//	23d: 4b 8b 84 02 f8 03 00 00  mov    rax, qword [r10+r8+0x3f8] ; rate_ppm (drift table = seq+0x3f8)
+//	245: 4b 8b b4 02 00 04 00 00  mov    rsi, qword [r10+r8+0x400] ; base_ns
+//	24d: 49 3b 12                 cmp    rdx, qword [r10]         ; s1 == seq ?
+//	250: 75 05                    jne    257
+//	252: f6 c2 01                 test   dl, 1                    ; even: stable snapshot
+//	255: 74 06                    je     25d
+//	257: f3 90                    pause                           ; <spin>
+//	259: ff cf                    dec    edi
+//	25b: 75 d3                    jne    230
+//	25d: 48 85 c0                 test   rax, rax                 ; <apply>
+//	260: 74 2e                    je     290                      ; no drift
+//	262: 49 89 c0                 mov    r8, rax                  ; r8 = rate
+//	265: 49 69 01 00 ca 9a 3b     imul   rax, qword [r9], 0x3b9aca00 ; t = ts->tv_sec * 1e9
+//	26c: 49 03 41 08              add    rax, qword [r9+8]        ;   + ts->tv_nsec
+//	270: 48 29 f0                 sub    rax, rsi                 ; t - base
+//	273: 49 f7 e8                 imul   r8                       ; rdx:rax = (t - base) * rate
+//	276: 41 ba 40 42 0f 00        mov    r10d, 0xf4240
+//	27c: 49 f7 fa                 idiv   r10                      ; rax = drift ns (truncated toward zero)
+//	27f: 48 99                    cqo                             ; sign-extend into rdx
+//	281: 41 ba 00 ca 9a 3b        mov    r10d, 0x3b9aca00
+//	287: 49 f7 fa                 idiv   r10                      ; rax = drift sec, rdx = drift nsec (same sign)
+//	28a: 48 01 c1                 add    rcx, rax                 ; off.sec += drift sec
+//	28d: 49 01 d3                 add    r11, rdx                 ; off.nsec += drift nsec: (-1e9, 2e9)
+//	290: 49 01 09                 add    qword [r9], rcx          ; <nodrift> ts->tv_sec += off.sec
+//	293: 4d 03 59 08              add    r11, qword [r9+8]        ; nsec = ts->tv_nsec + off.nsec: (-1e9, 3e9)
+//	297: 49 81 fb 00 ca 9a 3b     cmp    r11, 0x3b9aca00          ; <carry>
+//	29e: 7c 0c                    jl     2ac
+//	2a0: 49 81 eb 00 ca 9a 3b     sub    r11, 0x3b9aca00
+//	2a7: 49 ff 01                 inc    qword [r9]               ; carry into tv_sec
+//	2aa: eb eb                    jmp    297
+//	2ac: 4d 85 db                 test   r11, r11                 ; <borrow>
+//	2af: 79 0c                    jns    2bd
+//	2b1: 49 81 c3 00 ca 9a 3b     add    r11, 0x3b9aca00
+//	2b8: 49 ff 09                 dec    qword [r9]               ; borrow from tv_sec
+//	2bb: eb ef                    jmp    2ac
+//	2bd: 4d 89 59 08              mov    qword [r9+8], r11        ; <store>
+//	2c1: 31 c0                    xor    eax, eax                 ; return 0
+//	2c3: c3                       ret                             ; <ret>
 var fakeClockGettime = []byte{
 	0x41, 0x89, 0xf8,
 	0x49, 0x89, 0xf1,
 	0xb8, 0xe4, 0x00, 0x00, 0x00,
 	0x0f, 0x05,
 	0x48, 0x85, 0xc0,
-	0x75, 0x53,
+	0x0f, 0x85, 0xad, 0x00, 0x00, 0x00,
 	0x41, 0x83, 0xf8, 0x0c,
-	0x73, 0x4d,
+	0x0f, 0x83, 0xa3, 0x00, 0x00, 0x00,
 	0x41, 0xc1, 0xe0, 0x04,
-	0x4c, 0x8d, 0x15, 0xe5, 0xfd, 0xff, 0xff,
+	0x4c, 0x8d, 0x15, 0xdd, 0xfd, 0xff, 0xff,
 	0xbf, 0x00, 0x00, 0x01, 0x00,
 	0x49, 0x8b, 0x12,
 	0x4b, 0x8b, 0x4c, 0x02, 0x08,
 	0x4f, 0x8b, 0x5c, 0x02, 0x10,
+	0x4b, 0x8b, 0x84, 0x02, 0xf8, 0x03, 0x00, 0x00,
+	0x4b, 0x8b, 0xb4, 0x02, 0x00, 0x04, 0x00, 0x00,
 	0x49, 0x3b, 0x12,
 	0x75, 0x05,
 	0xf6, 0xc2, 0x01,
 	0x74, 0x06,
 	0xf3, 0x90,
 	0xff, 0xcf,
-	0x75, 0xe3,
+	0x75, 0xd3,
+	0x48, 0x85, 0xc0,
+	0x74, 0x2e,
+	0x49, 0x89, 0xc0,
+	0x49, 0x69, 0x01, 0x00, 0xca, 0x9a, 0x3b,
+	0x49, 0x03, 0x41, 0x08,
+	0x48, 0x29, 0xf0,
+	0x49, 0xf7, 0xe8,
+	0x41, 0xba, 0x40, 0x42, 0x0f, 0x00,
+	0x49, 0xf7, 0xfa,
+	0x48, 0x99,
+	0x41, 0xba, 0x00, 0xca, 0x9a, 0x3b,
+	0x49, 0xf7, 0xfa,
+	0x48, 0x01, 0xc1,
+	0x49, 0x01, 0xd3,
 	0x49, 0x01, 0x09,
 	0x4d, 0x03, 0x59, 0x08,
 	0x49, 0x81, 0xfb, 0x00, 0xca, 0x9a, 0x3b,
-	0x7c, 0x0a,
+	0x7c, 0x0c,
 	0x49, 0x81, 0xeb, 0x00, 0xca, 0x9a, 0x3b,
 	0x49, 0xff, 0x01,
+	0xeb, 0xeb,
+	0x4d, 0x85, 0xdb,
+	0x79, 0x0c,
+	0x49, 0x81, 0xc3, 0x00, 0xca, 0x9a, 0x3b,
+	0x49, 0xff, 0x09,
+	0xeb, 0xef,
 	0x4d, 0x89, 0x59, 0x08,
 	0x31, 0xc0,
 	0xc3,
 }
 
-// fake_gettimeofday (0x280): int (struct timeval *tv, struct timezone *tz)
+// fake_gettimeofday (0x300): int (struct timeval *tv, struct timezone *tz)
 //
-//	280: 49 89 f9             mov    r9, rdi           ; tv
-//	283: b8 60 00 00 00       mov    eax, 96           ; __NR_gettimeofday (fills tz too)
-//	288: 0f 05                syscall
-//	28a: 48 85 c0             test   rax, rax
-//	28d: 75 4f                jne    2de <ret>
-//	28f: 4d 85 c9             test   r9, r9            ; tv may be NULL
-//	292: 74 4a                je     2de <ret>
-//	294: 4c 8d 15 6d fd ff ff lea    r10, [rip-0x293]  ; r10 = &seq (0x008)
-//	29b: bf 00 00 01 00       mov    edi, 0x10000
-//	2a0: 49 8b 12             mov    rdx, [r10]        ; <retry>
-//	2a3: 49 8b 4a 08          mov    rcx, [r10+8]      ; table[CLOCK_REALTIME].sec
-//	2a7: 4d 8b 9a c8 00 00 00 mov    r11, [r10+0xc8]   ; rt_usec (0x0d0)
-//	2ae: 49 3b 12             cmp    rdx, [r10]
-//	2b1: 75 05                jne    2b8 <spin>
-//	2b3: f6 c2 01             test   dl, 1
-//	2b6: 74 06                je     2be <apply>
-//	2b8: f3 90                pause                    ; <spin>
-//	2ba: ff cf                dec    edi
-//	2bc: 75 e2                jne    2a0 <retry>
-//	2be: 49 01 09             add    [r9], rcx         ; <apply> tv_sec += off.sec
-//	2c1: 4d 03 59 08          add    r11, [r9+8]       ; usec = tv_usec + off.usec
-//	2c5: 49 81 fb 40 42 0f 00 cmp    r11, 1000000
-//	2cc: 7c 0a                jl     2d8 <store>
-//	2ce: 49 81 eb 40 42 0f 00 sub    r11, 1000000
-//	2d5: 49 ff 01             inc    qword [r9]
-//	2d8: 4d 89 59 08          mov    [r9+8], r11       ; <store>
-//	2dc: 31 c0                xor    eax, eax
-//	2de: c3                   ret                      ; <ret>
+//	300: 48 85 f6                 test   rsi, rsi                 ; tz given?
+//	303: 74 10                    je     315
+//	305: 57                       push   rdi                      ; tv
+//	306: 31 ff                    xor    edi, edi                 ; gettimeofday(NULL, tz) fills tz
+//	308: b8 60 00 00 00           mov    eax, 0x60                ; __NR_gettimeofday
+//	30d: 0f 05                    syscall
+//	30f: 5f                       pop    rdi
+//	310: 48 85 c0                 test   rax, rax
+//	313: 75 2c                    jne    341                      ; error: return it
+//	315: 31 c0                    xor    eax, eax                 ; <tv>
+//	317: 48 85 ff                 test   rdi, rdi                 ; tv may be NULL: return 0
+//	31a: 74 25                    je     341
+//	31c: 48 89 fe                 mov    rsi, rdi                 ; fake_clock_gettime(CLOCK_REALTIME, tv):
+//	31f: 31 ff                    xor    edi, edi                 ;   a timeval has a timespec's layout
+//	321: 56                       push   rsi
+//	322: e8 d9 fe ff ff           call   200                      ; fake_clock_gettime
+//	327: 5e                       pop    rsi
+//	328: 48 85 c0                 test   rax, rax
+//	32b: 75 14                    jne    341
+//	32d: 48 8b 46 08              mov    rax, qword [rsi+8]       ; tv_usec = tv_nsec / 1000
+//	331: 31 d2                    xor    edx, edx
+//	333: b9 e8 03 00 00           mov    ecx, 0x3e8
+//	338: 48 f7 f1                 div    rcx
+//	33b: 48 89 46 08              mov    qword [rsi+8], rax
+//	33f: 31 c0                    xor    eax, eax
+//	341: c3                       ret                             ; <ret>
 var fakeGettimeofday = []byte{
-	0x49, 0x89, 0xf9,
+	0x48, 0x85, 0xf6,
+	0x74, 0x10,
+	0x57,
+	0x31, 0xff,
 	0xb8, 0x60, 0x00, 0x00, 0x00,
 	0x0f, 0x05,
+	0x5f,
 	0x48, 0x85, 0xc0,
-	0x75, 0x4f,
-	0x4d, 0x85, 0xc9,
-	0x74, 0x4a,
-	0x4c, 0x8d, 0x15, 0x6d, 0xfd, 0xff, 0xff,
-	0xbf, 0x00, 0x00, 0x01, 0x00,
-	0x49, 0x8b, 0x12,
-	0x49, 0x8b, 0x4a, 0x08,
-	0x4d, 0x8b, 0x9a, 0xc8, 0x00, 0x00, 0x00,
-	0x49, 0x3b, 0x12,
-	0x75, 0x05,
-	0xf6, 0xc2, 0x01,
-	0x74, 0x06,
-	0xf3, 0x90,
-	0xff, 0xcf,
-	0x75, 0xe2,
-	0x49, 0x01, 0x09,
-	0x4d, 0x03, 0x59, 0x08,
-	0x49, 0x81, 0xfb, 0x40, 0x42, 0x0f, 0x00,
-	0x7c, 0x0a,
-	0x49, 0x81, 0xeb, 0x40, 0x42, 0x0f, 0x00,
-	0x49, 0xff, 0x01,
-	0x4d, 0x89, 0x59, 0x08,
+	0x75, 0x2c,
+	0x31, 0xc0,
+	0x48, 0x85, 0xff,
+	0x74, 0x25,
+	0x48, 0x89, 0xfe,
+	0x31, 0xff,
+	0x56,
+	0xe8, 0xd9, 0xfe, 0xff, 0xff,
+	0x5e,
+	0x48, 0x85, 0xc0,
+	0x75, 0x14,
+	0x48, 0x8b, 0x46, 0x08,
+	0x31, 0xd2,
+	0xb9, 0xe8, 0x03, 0x00, 0x00,
+	0x48, 0xf7, 0xf1,
+	0x48, 0x89, 0x46, 0x08,
 	0x31, 0xc0,
 	0xc3,
 }
 
-// fake_time (0x300): time_t (time_t *tloc)
+// fake_time (0x380): time_t (time_t *tloc)
 //
-//	300: 49 89 f9             mov    r9, rdi           ; tloc
-//	303: 48 83 ec 10          sub    rsp, 16           ; struct timespec on the stack
-//	307: 31 ff                xor    edi, edi          ; CLOCK_REALTIME
-//	309: 48 89 e6             mov    rsi, rsp
-//	30c: b8 e4 00 00 00       mov    eax, 228          ; __NR_clock_gettime
-//	311: 0f 05                syscall
-//	313: 48 85 c0             test   rax, rax
-//	316: 75 47                jne    35f <out>
-//	318: 4c 8d 15 e9 fc ff ff lea    r10, [rip-0x317]  ; r10 = &seq (0x008)
-//	31f: bf 00 00 01 00       mov    edi, 0x10000
-//	324: 49 8b 12             mov    rdx, [r10]        ; <retry>
-//	327: 49 8b 4a 08          mov    rcx, [r10+8]      ; table[CLOCK_REALTIME].sec
-//	32b: 4d 8b 5a 10          mov    r11, [r10+16]     ; table[CLOCK_REALTIME].nsec
-//	32f: 49 3b 12             cmp    rdx, [r10]
-//	332: 75 05                jne    339 <spin>
-//	334: f6 c2 01             test   dl, 1
-//	337: 74 06                je     33f <apply>
-//	339: f3 90                pause                    ; <spin>
-//	33b: ff cf                dec    edi
-//	33d: 75 e5                jne    324 <retry>
-//	33f: 48 8b 04 24          mov    rax, [rsp]        ; <apply> sec
-//	343: 48 01 c8             add    rax, rcx
-//	346: 4c 03 5c 24 08       add    r11, [rsp+8]      ; nsec + off.nsec
-//	34b: 49 81 fb 00 ca 9a 3b cmp    r11, 1000000000
-//	352: 7c 03                jl     357 <nocarry>
-//	354: 48 ff c0             inc    rax
-//	357: 4d 85 c9             test   r9, r9            ; <nocarry>
-//	35a: 74 03                je     35f <out>
-//	35c: 49 89 01             mov    [r9], rax         ; *tloc = rax
-//	35f: 48 83 c4 10          add    rsp, 16           ; <out>
-//	363: c3                   ret
+//	380: 57                       push   rdi                      ; tloc
+//	381: 48 83 ec 10              sub    rsp, 0x10                ; struct timespec on the stack
+//	385: 31 ff                    xor    edi, edi                 ; CLOCK_REALTIME
+//	387: 48 89 e6                 mov    rsi, rsp
+//	38a: e8 71 fe ff ff           call   200                      ; fake_clock_gettime
+//	38f: 48 85 c0                 test   rax, rax
+//	392: 75 11                    jne    3a5                      ; error: return it
+//	394: 48 8b 04 24              mov    rax, qword [rsp]         ; sec
+//	398: 48 8b 7c 24 10           mov    rdi, qword [rsp+0x10]    ; tloc
+//	39d: 48 85 ff                 test   rdi, rdi
+//	3a0: 74 03                    je     3a5
+//	3a2: 48 89 07                 mov    qword [rdi], rax         ; *tloc = sec
+//	3a5: 48 83 c4 18              add    rsp, 0x18                ; <out>
+//	3a9: c3                       ret
 var fakeTime = []byte{
-	0x49, 0x89, 0xf9,
+	0x57,
 	0x48, 0x83, 0xec, 0x10,
 	0x31, 0xff,
 	0x48, 0x89, 0xe6,
-	0xb8, 0xe4, 0x00, 0x00, 0x00,
-	0x0f, 0x05,
+	0xe8, 0x71, 0xfe, 0xff, 0xff,
 	0x48, 0x85, 0xc0,
-	0x75, 0x47,
-	0x4c, 0x8d, 0x15, 0xe9, 0xfc, 0xff, 0xff,
-	0xbf, 0x00, 0x00, 0x01, 0x00,
-	0x49, 0x8b, 0x12,
-	0x49, 0x8b, 0x4a, 0x08,
-	0x4d, 0x8b, 0x5a, 0x10,
-	0x49, 0x3b, 0x12,
-	0x75, 0x05,
-	0xf6, 0xc2, 0x01,
-	0x74, 0x06,
-	0xf3, 0x90,
-	0xff, 0xcf,
-	0x75, 0xe5,
+	0x75, 0x11,
 	0x48, 0x8b, 0x04, 0x24,
-	0x48, 0x01, 0xc8,
-	0x4c, 0x03, 0x5c, 0x24, 0x08,
-	0x49, 0x81, 0xfb, 0x00, 0xca, 0x9a, 0x3b,
-	0x7c, 0x03,
-	0x48, 0xff, 0xc0,
-	0x4d, 0x85, 0xc9,
+	0x48, 0x8b, 0x7c, 0x24, 0x10,
+	0x48, 0x85, 0xff,
 	0x74, 0x03,
-	0x49, 0x89, 0x01,
-	0x48, 0x83, 0xc4, 0x10,
+	0x48, 0x89, 0x07,
+	0x48, 0x83, 0xc4, 0x18,
 	0xc3,
 }
 
@@ -779,6 +796,9 @@ func (s *session) inject(ctx context.Context, o *options) (*vdsoSkew, error) {
 		if o.offsets != nil {
 			copy(p[offTable:], encodeOffsets(*o.offsets))
 		}
+		if o.rates != nil {
+			copy(p[offDrift:], encodeDrift(*o.rates, clockBases()))
+		}
 		copy(p[offPatches:], recBytes)
 		if err := s.mem.write(addr, p); err != nil {
 			return nil, fmt.Errorf("inject clock skew: fill page: %w", err)
@@ -790,7 +810,7 @@ func (s *session) inject(ctx context.Context, o *options) (*vdsoSkew, error) {
 		o.log.Debug("mapped fake clock page", "pid", pid, "page", fmt.Sprintf("%#x", page), "tid", t.tid)
 	} else {
 		// Refresh the code if a different build left other bytes there.
-		want := pageImage()[offTrap:]
+		want := pageImage()[offTrap:offDrift]
 		have, err := s.mem.read(page+offTrap, len(want))
 		if err != nil {
 			return nil, fmt.Errorf("inject clock skew: %w", err)
@@ -804,7 +824,7 @@ func (s *session) inject(ctx context.Context, o *options) (*vdsoSkew, error) {
 			return nil, fmt.Errorf("inject clock skew: record patches: %w", err)
 		}
 		if o.offsets != nil {
-			if err := writeOffsets(s.mem, page, *o.offsets); err != nil {
+			if err := writeSkew(s.mem, page, *o.offsets, o.rates); err != nil {
 				return nil, fmt.Errorf("inject clock skew: %w", err)
 			}
 		}
@@ -866,7 +886,7 @@ func (s *session) restore(ctx context.Context, sk *vdsoSkew) error {
 			ws = append(ws, window{r.addr, r.addr + jumpLen})
 		}
 	}
-	if err := writeOffsets(s.mem, sk.page, Offsets{}); err != nil {
+	if err := writeSkew(s.mem, sk.page, Offsets{}, &Rates{}); err != nil {
 		return fmt.Errorf("restore vDSO: %w", err)
 	}
 	if err := s.clearWindows(ctx, ws); err != nil {

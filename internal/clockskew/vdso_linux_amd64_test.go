@@ -165,6 +165,115 @@ func TestVDSOGoTarget(t *testing.T) {
 	tg.stop()
 }
 
+// TestVDSODriftGoTarget drifts a Go program's clocks (2x realtime, 0.5x
+// monotonic) through the injected vDSO code and measures the rates from
+// the program's own output (time.Now().UnixNano() and time.Since(start),
+// printed every 50 ms and timestamped on receipt by this process's true
+// clock) and from two probes of its clock_gettime: each within
+// RateTolerance plus the readings' uncertainty. A rate change keeps the
+// clock continuous, and a reset puts it back on true time and rate.
+func TestVDSODriftGoTarget(t *testing.T) {
+	bin := buildGoTarget(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	tg := startTarget(t, bin)
+	pid := tg.pid()
+	tg.waitFor(0, waitFor, 2, "target running", func(l line) bool { return near(goSkew(l), 0, rtTol) })
+
+	want := Rates{Realtime: PPM(2), Monotonic: PPM(0.5)}
+	s, err := injectSkew(ctx, pid, withLogger(testLogger(t)), withOffsets(Offsets{}), withRates(want))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Status()
+	if err != nil || st.Rates != want || st.Bases[clockRealtime] == 0 || st.Bases[clockTAI] == 0 {
+		t.Fatalf("status after drift inject = %+v, %v", st, err)
+	}
+	// rates measures the program's own clock rates between two of its
+	// lines at least span apart (true time), after line index from.
+	const span = 2 * time.Second
+	rates := func(from int) RateReading {
+		t.Helper()
+		a := tg.waitFor(from, waitFor, 0, "a line", func(line) bool { return true })
+		b := tg.waitFor(from, waitFor, 0, "a line 2s later", func(l line) bool { return l.recv.Sub(a.recv) >= span })
+		over := b.recv.Sub(a.recv)
+		return RateReading{
+			Realtime:     float64(b.f[1]-a.f[1]) / float64(over),
+			Monotonic:    float64(b.f[2]-a.f[2]) / float64(over),
+			HasMonotonic: true, Over: over,
+			// A line's receipt follows its clock read by a pipe write
+			// and a scheduler wake-up: 10 ms each end, generously.
+			Uncertainty: float64(20*time.Millisecond) / float64(over),
+		}
+	}
+	got := rates(tg.count())
+	t.Logf("program's own clocks: %s", got)
+	if err := CheckRate("gotarget", got, want); err != nil {
+		t.Fatal(err)
+	}
+	a, err := s.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	b, err := s.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obs := func(r skewReading) Observation {
+		sk := r.Skew()
+		return Observation{Realtime: sk.Realtime, Monotonic: sk.Monotonic, HasMonotonic: true, Uncertainty: r.Uncertainty, At: r.TrueRealtime}
+	}
+	probed, err := RateBetween(obs(a), obs(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("probed clock_gettime: %s", probed)
+	if err := CheckRate("gotarget", probed, want); err != nil {
+		t.Fatal(err)
+	}
+
+	// A new rate folds the drift so far into the offset: no jump.
+	before, err := s.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sk, err := s.Skew()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow := Rates{Realtime: PPM(0.5), Monotonic: PPM(1.25)}
+	if err := s.SetSkew(ctx, sk.Effective(trueClocks()), &slow); err != nil {
+		t.Fatal(err)
+	}
+	after, err := s.Now(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := after.Skew().Realtime - before.Skew().Realtime; d.Abs() > 100*time.Millisecond+before.Uncertainty+after.Uncertainty {
+		t.Fatalf("changing the rate moved the realtime skew by %s", d)
+	}
+	got = rates(tg.count())
+	t.Logf("after a change of rate: %s", got)
+	if err := CheckRate("gotarget", got, slow); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := s.Restore(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := inspectSkew(pid); err != nil || st.Rates != (Rates{}) || st.Offsets != (Offsets{}) {
+		t.Fatalf("status after restore = %+v, %v", st, err)
+	}
+	n := tg.count()
+	tg.waitFor(n, waitFor, 3, "true time after restore", func(l line) bool { return near(goSkew(l), 0, 50*time.Millisecond) })
+	got = rates(tg.count())
+	if err := CheckRate("gotarget", got, Rates{}); err != nil {
+		t.Fatal(err)
+	}
+	tg.stop()
+}
+
 func TestVDSOMultiThreaded(t *testing.T) {
 	bin := buildGoTarget(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

@@ -35,7 +35,7 @@ int main(int argc, char **argv)
 	int fd = open(argv[1], O_RDONLY);
 	if (p == MAP_FAILED || fd < 0 || read(fd, p, 4096) != 4096 || mprotect(p, 4096, PROT_READ | PROT_EXEC))
 		return perror("setup"), 1;
-	void *cg = p + 0x200, *gtod = p + 0x280, *tm = p + 0x300;
+	void *cg = p + 0x200, *gtod = p + 0x300, *tm = p + 0x380;
 	long long t0 = raw(CLOCK_MONOTONIC);
 	long ret, regs;
 	const int clocks[] = {0, 1, 2, 3, 4, 5, 6, 7, 11, 99, -2};
