@@ -49,6 +49,13 @@ type Config struct {
 	// Nemesis is a comma-separated list of nemeses ("pause", "none").
 	Nemesis   string        `json:"nemesis"`
 	TimeLimit time.Duration `json:"time_limit_ns"`
+	// EndAfterFaults, when positive, ends the test phase before TimeLimit
+	// once that many faults have ended and what they did was observed:
+	// every critical section in flight when the last of them ended has
+	// completed, and every key has completed one since (a run that forces
+	// an event ends once the event happened and its outcome is in the
+	// history). TimeLimit still bounds the phase.
+	EndAfterFaults int `json:"end_after_faults,omitempty"`
 	// Concurrency is the number of client agents.
 	Concurrency int `json:"concurrency"`
 	// Keys is the number of independent counters.
@@ -223,6 +230,8 @@ func (c Config) validate(p *Plan) error {
 		return BadInput("unknown workload %q (known: %s)", c.Workload, strings.Join(workloads.Names(), ", "))
 	case c.TimeLimit <= 0:
 		return BadInput("--time-limit must be positive, got %v", c.TimeLimit)
+	case c.EndAfterFaults < 0:
+		return BadInput("end after faults must be 0 (never early) or more, got %d", c.EndAfterFaults)
 	case c.Concurrency < 1 || c.Concurrency > 200:
 		return BadInput("--concurrency must be 1..200, got %d", c.Concurrency)
 	case c.Keys < 1 || c.Keys > MaxKeys:

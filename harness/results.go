@@ -41,6 +41,10 @@ type Results struct {
 	// test, final (the final reads), teardown (logs collected, nodes
 	// removed) and check; Duration is their sum and the gaps between.
 	Phases map[string]time.Duration `json:"phases_ns"`
+	// EndedEarly says the test phase ended before its time limit, once the
+	// faults it forces happened and their outcome was observed
+	// (Config.EndAfterFaults).
+	EndedEarly bool `json:"ended_early,omitempty"`
 	// Client is the lock client the agents used: its recipe, library and
 	// version, and what it offers.
 	Client *targets.ClientInfo `json:"client,omitempty"`

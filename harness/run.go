@@ -388,6 +388,21 @@ func (r *run) execute(ctx context.Context) error {
 		// The hard context aborts the test phase too.
 		stop := context.AfterFunc(hard, cancel)
 		defer stop()
+		if n := r.cfg.EndAfterFaults; n > 0 {
+			// Ends once the forced faults happened and their outcome was
+			// observed (TimeLimit still bounds it).
+			ee := newEarlyEnd(n)
+			defer r.hw.Observe(ee.Observe)()
+			go func() {
+				select {
+				case <-ee.done:
+					r.res.EndedEarly = true
+					r.log.Info("test phase ends early: the faults it forces happened and their outcome was observed", "faults", n)
+					cancel()
+				case <-tctx.Done():
+				}
+			}()
+		}
 		var g errgroup.Group
 		g.Go(protect(func() error { return wl.Run(tctx, r.clients, r.rec) }))
 		g.Go(protect(func() error {

@@ -103,6 +103,28 @@ func TestRunInMemory(t *testing.T) {
 	}
 }
 
+// TestRunEndsEarly: with EndAfterFaults the test phase ends once that many
+// faults ended and their outcome was observed, well before its time limit,
+// and the run is judged as any other; results.json says it ended early.
+func TestRunEndsEarly(t *testing.T) {
+	var w harnesstest.World
+	c := memConfig(t, "fenced-counter")
+	c.TimeLimit, c.EndAfterFaults = 30*time.Second, 2
+	out, err := harness.Run(context.Background(), c, w.Deps(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if test := out.Results.Phases["test"]; !out.Results.EndedEarly || test > 10*time.Second {
+		t.Fatalf("test phase %v (ended early: %v), want an early end", test, out.Results.EndedEarly)
+	}
+	if len(out.Results.Faults) < 2 || out.Results.Valid != checkers.Valid {
+		t.Fatalf("%d faults, verdict %v: want 2 or more faults and a valid fenced run", len(out.Results.Faults), out.Results.Valid)
+	}
+	if readResults(t, out.Dir)["ended_early"] != true {
+		t.Fatal("results.json does not say the test phase ended early")
+	}
+}
+
 func TestInterruptStillHealsChecksAndCleans(t *testing.T) {
 	var w harnesstest.World
 	cfg := memConfig(t, "unfenced-counter")

@@ -28,6 +28,9 @@ type Writer struct {
 	n    int
 	err  error
 	sink func(Event)
+	// observers are called after sink, in the order they were added.
+	observers map[int]func(Event)
+	nextObs   int
 }
 
 // Create opens path for appending (creating it if needed).
@@ -45,6 +48,25 @@ func (w *Writer) OnAppend(fn func(Event)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.sink = fn
+}
+
+// Observe adds fn to the functions called (under the writer's lock, in
+// order, after OnAppend's) with every event appended from now on, beside
+// OnAppend's live view; remove stops the calls.
+func (w *Writer) Observe(fn func(Event)) (remove func()) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.observers == nil {
+		w.observers = map[int]func(Event){}
+	}
+	id := w.nextObs
+	w.nextObs++
+	w.observers[id] = fn
+	return func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		delete(w.observers, id)
+	}
 }
 
 // Append writes e as one line. After the first write error every later
@@ -67,6 +89,11 @@ func (w *Writer) Append(e Event) error {
 	w.n++
 	if w.sink != nil {
 		w.sink(e)
+	}
+	for i := range w.nextObs {
+		if fn := w.observers[i]; fn != nil {
+			fn(e)
+		}
 	}
 	return nil
 }

@@ -42,6 +42,12 @@ type Set struct {
 	Seeds       []uint64 `yaml:"seeds" json:"seeds"`
 	Repetitions int      `yaml:"repetitions" json:"repetitions"`
 	Entries     []Entry  `yaml:"scenarios" json:"scenarios"`
+	// EarlyEnd ends each run's test phase once the event its scenario
+	// forces has happened and its outcome was observed
+	// (Scenario.EndAfterRounds; TimeLimit still bounds it): validate's
+	// sets, which ask whether an event's outcome is right, not how often
+	// it happens.
+	EarlyEnd bool `yaml:"early_end,omitempty" json:"early_end,omitempty"`
 }
 
 // Entry names a scenario of a set, on some of its targets, optionally with
@@ -749,6 +755,10 @@ func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, e Entry, targe
 	if err != nil {
 		row.Error = err.Error()
 		return row
+	}
+	if set.EarlyEnd && sc.EndAfterRounds > 0 {
+		// Each kind lands once a round (nemesis.Run).
+		cfg.EndAfterFaults = sc.EndAfterRounds * (strings.Count(cfg.Nemesis, ",") + 1)
 	}
 	row.Fenced, row.Options = cfg.Workload == workloads.FencedCounter && cfg.Bypass == "", cfg.RecipeOptions
 	if r, err := targets.LookupRecipe(cfg.Client); err == nil {

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"context"
+	"encoding/json"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -243,5 +244,49 @@ func TestCellWhoseFaultNeverLandedIsNotTested(t *testing.T) {
 		if !tc.pass && !slices.ContainsFunc(row.Mismatches, func(m string) bool { return strings.HasPrefix(m, "not tested: fault pause never landed") }) {
 			t.Fatalf("mismatches %q do not say the pause never landed", row.Mismatches)
 		}
+	}
+}
+
+// TestRunnerEarlyEnd: in a set with early_end (validate's) a scenario that
+// forces its event ends its test phase once the event happened and its
+// outcome was observed — a holder killed twice and the lock back — well
+// before the time limit, and still meets its expectation.
+func TestRunnerEarlyEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the harness for about 10s")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "early.yaml")
+	set := `name: early
+time_limit: 40s
+seeds: [1]
+early_end: true
+scenarios:
+  - {name: holder-lost-recovery, targets: [redis]}
+`
+	if err := os.WriteFile(path, []byte(set), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := LoadSet(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := harnesstest.World{Target: inmem.Target{Alias: "redis"}}
+	rn := &Runner{Deps: w.Deps(t), ResultsDir: filepath.Join(dir, "results")}
+	m := rn.Run(context.Background(), s)
+	r := m.Rows[0]
+	if !r.Pass() || r.ClientKills < 2 {
+		t.Fatalf("%s: %d holder kills, mismatches %q, error %q", r.Scenario, r.ClientKills, r.Mismatches, r.Error)
+	}
+	b, err := os.ReadFile(filepath.Join(r.Dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res harness.Results
+	if err := json.Unmarshal(b, &res); err != nil {
+		t.Fatal(err)
+	}
+	if !res.EndedEarly || res.Config.EndAfterFaults != 2 || res.Phases["test"] > 30*time.Second {
+		t.Fatalf("ended early %v after %d faults, test phase %v: want an early end after 2", res.EndedEarly, res.Config.EndAfterFaults, res.Phases["test"])
 	}
 }

@@ -46,6 +46,12 @@ type Scenario struct {
 	Apply func(c *harness.Config, b targets.Backend)
 	// Expect is the outcome a correct harness must see.
 	Expect Expect
+	// EndAfterRounds is how many rounds of the scenario's faults (each
+	// kind once a round) force the event it is about: in a set with
+	// EarlyEnd its test phase ends once they ended and their outcome was
+	// observed (harness.Config.EndAfterFaults). Zero: it runs its whole
+	// time limit (what it shows needs time, or is a rate).
+	EndAfterRounds int
 	// Drill says that the scenario makes its holders abnormal on purpose
 	// (slow, say) to show one behaviour: the adoption checklist reports
 	// what it shows as the drill's result and never judges the recipe's
@@ -433,7 +439,7 @@ func holders() nemesis.Weights { return nemesis.Weights{nemesis.GroupHolder: 1} 
 func Catalogue() []Scenario {
 	return []Scenario{
 		{
-			Name: "correct-pattern", AntiPattern: 0, Needs: []Need{Fencing, KeepsGrants},
+			Name: "correct-pattern", EndAfterRounds: 1, AntiPattern: 0, Needs: []Need{Fencing, KeepsGrants},
 			Title: "lease + owner-checked release + fencing keeps the data correct under pauses, partitions and kills",
 			Apply: func(c *harness.Config, b targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys = workloads.FencedCounter, "pause,partition,kill", 2
@@ -465,7 +471,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid), NoEarlyOverlaps: true, MaxStall: 15 * time.Second},
 		},
 		{
-			Name: "holder-lost-recovery", AntiPattern: 0, Needs: []Need{Fencing},
+			Name: "holder-lost-recovery", EndAfterRounds: 2, AntiPattern: 0, Needs: []Need{Fencing},
 			Title: "a killed holder's lease expires on the service's side and the lock is granted again",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "kill", 1, 3
@@ -475,7 +481,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), Recovers: true, MaxStall: 8 * time.Second, NoEarlyOverlaps: true},
 		},
 		{
-			Name: "holder-lost-recovery-unfenced", AntiPattern: 0, Needs: []Need{NoToken},
+			Name: "holder-lost-recovery-unfenced", EndAfterRounds: 2, AntiPattern: 0, Needs: []Need{NoToken},
 			Title: "a client with no token: a killed holder's lease expires on the service's side and the lock is granted again (unfenced: a dead holder writes nothing late)",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "kill", 1, 3
@@ -534,7 +540,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Lock: verdict(checkers.Invalid), MinEarlyOverlaps: 1},
 		},
 		{
-			Name: "unfenced-late-write", AntiPattern: 5,
+			Name: "unfenced-late-write", EndAfterRounds: 2, AntiPattern: 5,
 			Title: "an expiring lock alone lets a paused holder write late and lose increments",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "pause", 1, 4
@@ -552,7 +558,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
 		{
-			Name: "single-node-away", AntiPattern: 7, Needs: []Need{SingleNode, Fencing},
+			Name: "single-node-away", EndAfterRounds: 2, AntiPattern: 7, Needs: []Need{SingleNode, Fencing},
 			Title: "a single-node lock backend partitioned away stops every client",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys = workloads.FencedCounter, "partition", 2
@@ -562,7 +568,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), MinUnavailable: 3, MinStall: 2 * time.Second, MaxStall: 15 * time.Second, Classified: true},
 		},
 		{
-			Name: "single-node-away-unfenced", AntiPattern: 7, Needs: []Need{SingleNode, NoToken},
+			Name: "single-node-away-unfenced", EndAfterRounds: 2, AntiPattern: 7, Needs: []Need{SingleNode, NoToken},
 			Title: "a client with no token: a single-node lock backend partitioned away stops every client, and its failures say unavailable",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys = workloads.UnfencedCounter, "partition", 2
@@ -584,7 +590,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Invalid), Lock: verdict(checkers.Invalid), Data: verdict(checkers.Valid), MinRejections: 1},
 		},
 		{
-			Name: "busy-vs-unavailable", AntiPattern: 8, Needs: []Need{SeveralMembers, Fencing},
+			Name: "busy-vs-unavailable", EndAfterRounds: 2, AntiPattern: 8, Needs: []Need{SeveralMembers, Fencing},
 			Title: "a busy lock and an unreachable lock service are told apart and counted separately",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				// Eight clients on one key, each holding it 300 ms: the
@@ -598,7 +604,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), MinBusy: 1, MinUnavailable: 1, Classified: true, MaxStall: 15 * time.Second},
 		},
 		{
-			Name: "busy-vs-unavailable-unfenced", AntiPattern: 8, Needs: []Need{SeveralMembers, NoToken},
+			Name: "busy-vs-unavailable-unfenced", EndAfterRounds: 2, AntiPattern: 8, Needs: []Need{SeveralMembers, NoToken},
 			Title: "a client with no token: a busy lock and an unreachable lock service are told apart and counted separately",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "partition", 1, 8
@@ -674,7 +680,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), NoEarlyOverlaps: true},
 		},
 		{
-			Name: "token-across-restarts", AntiPattern: 0, Needs: []Need{Fencing, KeepsGrants},
+			Name: "token-across-restarts", EndAfterRounds: 2, AntiPattern: 0, Needs: []Need{Fencing, KeepsGrants},
 			Title: "fencing tokens keep rising while the lock service itself is killed and restarted (its leader, when it has one)",
 			Apply: func(c *harness.Config, b targets.Backend) {
 				// The fault that breaks a fencing token: the service that
@@ -696,7 +702,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid)},
 		},
 		{
-			Name: "late-writer-drill", AntiPattern: 0, Needs: []Need{Fencing}, Drill: true,
+			Name: "late-writer-drill", EndAfterRounds: 3, AntiPattern: 0, Needs: []Need{Fencing}, Drill: true,
 			Title: "partition a slow holder from the lock service, heal, and watch fencing stop its late write",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "partition", 1, 4
@@ -706,7 +712,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), MinLateRejected: 1},
 		},
 		{
-			Name: "late-writer-drill-store-fence", AntiPattern: 0, Needs: []Need{NoToken}, Drill: true,
+			Name: "late-writer-drill-store-fence", EndAfterRounds: 3, AntiPattern: 0, Needs: []Need{NoToken}, Drill: true,
 			Title: "a client with no token, fenced at the store: partition a slow holder from the lock service, heal, and watch the counter row's version check (--store postgres --store-opt check=version) refuse the stale write",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "partition", 1, 4
@@ -815,7 +821,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
 		{
-			Name: "failover-token-back", AntiPattern: KnownBug, Needs: []Need{LosesOnFailover, Fencing},
+			Name: "failover-token-back", EndAfterRounds: 1, AntiPattern: KnownBug, Needs: []Need{LosesOnFailover, Fencing},
 			Title: "known behaviour: the same split brain, fenced: the promoted replica counts tokens from behind the old primary's, the lock's fence order breaks, and the store refuses the tokens that went back (each token unique to the primary that gave it)",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				splitBrain(c)

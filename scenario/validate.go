@@ -76,7 +76,7 @@ func ValidationSetWith(target, client string, opts map[string]string, timeLimit 
 	if opts == nil {
 		opts = map[string]string{}
 	}
-	s := &Set{Name: name, TimeLimit: timeLimit, Seeds: []uint64{1}, Repetitions: 1}
+	s := &Set{Name: name, TimeLimit: timeLimit, Seeds: []uint64{1}, Repetitions: 1, EarlyEnd: true}
 	for _, n := range validationScenarios {
 		sc, _ := Lookup(n)
 		if sc.AppliesWith(b, r) {

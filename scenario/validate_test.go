@@ -243,6 +243,9 @@ func TestValidationSet(t *testing.T) {
 			t.Errorf("%s runs with %v (scenario %q), want the defaults under test", e.Scenario, c.RecipeOptions, c.Scenario)
 		}
 	}
+	if !s.EarlyEnd {
+		t.Error("validate's set runs every test phase to its time limit: want early_end (docs/performance.md)")
+	}
 	if !strings.Contains(strings.Join(names, ","), "token-across-restarts") {
 		t.Errorf("redis's validation set %v lacks token-across-restarts", names)
 	}
