@@ -417,7 +417,10 @@ func TestValidationSetNoToken(t *testing.T) {
 		{"redis", "redis-py", "holder-lost-recovery-unfenced,late-writer-drill-store-fence,unfenced-late-write,single-node-away-unfenced"},
 		{"redlock", "", "holder-lost-recovery-unfenced,late-writer-drill-store-fence,unfenced-late-write,busy-vs-unavailable-unfenced"},
 		{"redis-sentinel", "redsync-sentinel", "holder-lost-recovery-unfenced,late-writer-drill-store-fence,unfenced-late-write,busy-vs-unavailable-unfenced"},
-		{"etcd", "", "correct-pattern,token-across-restarts,holder-lost-recovery,late-writer-drill,unfenced-late-write,busy-vs-unavailable"},
+		// A client that gives tokens: no unfenced-late-write (its owner
+		// check is correct-pattern's, its token item its fenced runs').
+		{"etcd", "", "correct-pattern,token-across-restarts,holder-lost-recovery,late-writer-drill,busy-vs-unavailable"},
+		{"redis", "", "correct-pattern,token-across-restarts,holder-lost-recovery,late-writer-drill,single-node-away"},
 	}
 	for _, tt := range tests {
 		s, err := ValidationSetWith(tt.target, tt.client, nil, 10*time.Second)
