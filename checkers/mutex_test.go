@@ -115,6 +115,32 @@ func TestMutexJudgesMutualExclusion(t *testing.T) {
 			{id: 1, client: "c1", invoke: 290, acquired: 3210, write: 3300, released: 3400},
 			{id: 2, client: "c2", invoke: 500, acquired: 2400, write: 3000, released: 3500},
 		}, []mfault{pauseC1}, Valid, 0, 1, nil},
+		// Faults that overlap (--fault-overlap): the pause of c1 above
+		// inside a kill of another client and beside a packet fault on a
+		// third; their windows pair start and end by kind whatever the
+		// interleaving, and the pause still vouches for c1's late grant.
+		{"grant seen late, among overlapping faults", Mutex{TTL: ttl}, []mhold{
+			{id: 1, client: "c1", invoke: 290, acquired: 3210, write: 3300, released: 3400},
+			{id: 2, client: "c2", invoke: 500, acquired: 2400, write: 3000, released: 3500},
+			{id: 4, client: "c4", invoke: 6000, acquired: 6010, write: 6020, released: 6030},
+			{id: 5, client: "c5", invoke: 6100, acquired: 6110, write: 6120, released: 6130},
+		}, []mfault{
+			{f: "kill", targets: []string{"c5"}, start: 100, end: 3300},
+			pauseC1,
+			{f: "packet", targets: []string{"c4"}, start: 200, end: 3250},
+		}, Valid, 0, 1, nil},
+		// The same faults on other clients only do not excuse a live lock
+		// given away between c1 and c2.
+		{"overlapping faults on other clients", Mutex{TTL: ttl}, []mhold{
+			{id: 1, client: "c1", invoke: 0, acquired: 100, write: 1500, released: 1600},
+			{id: 2, client: "c2", invoke: 50, acquired: 450, write: 600, released: 700},
+			{id: 4, client: "c4", invoke: 6000, acquired: 6010, write: 6020, released: 6030},
+			{id: 5, client: "c5", invoke: 6100, acquired: 6110, write: 6120, released: 6130},
+		}, []mfault{
+			{f: "kill", targets: []string{"c5"}, start: 10, end: 900},
+			{f: "pause", targets: []string{"c4"}, start: 20, end: 800},
+			{f: "packet", targets: []string{"c4"}, start: 30, end: 850},
+		}, Invalid, 1, 0, []string{"c2", "c1"}},
 		// A forward clock jump on a single Redis expires the held key: the
 		// lock did give a live lock away.
 		{"clock jump on the lock service", Mutex{TTL: ttl}, []mhold{

@@ -75,6 +75,9 @@ type Config struct {
 	// [DefaultConfig] has every registered fault's defaults; a missing
 	// name stands for its defaults.
 	Faults nemesis.Specs `json:"faults"`
+	// FaultOverlap gives each fault kind its own schedule, so that faults
+	// of different kinds are in force at once (nemesis.Schedule.Overlap).
+	FaultOverlap bool `json:"fault_overlap,omitempty"`
 	// FaultsOptional judges a run in which a requested fault never came
 	// into force; by default such a run is not tested ([Results.Landed]).
 	FaultsOptional bool          `json:"faults_optional,omitempty"`
@@ -164,7 +167,7 @@ func (c Config) Schedule() nemesis.Schedule {
 	if hi == 0 {
 		hi = max(lo, 2*c.LeaseTTL+time.Second)
 	}
-	return nemesis.Schedule{Interval: c.NemesisInterval, MinDuration: lo, MaxDuration: hi}
+	return nemesis.Schedule{Interval: c.NemesisInterval, MinDuration: lo, MaxDuration: hi, Overlap: c.FaultOverlap}
 }
 
 // Validate returns an InputError naming the first problem. backends

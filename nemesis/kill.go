@@ -138,8 +138,16 @@ type killFault struct {
 	once    once
 }
 
+var _ Restarting = (*killFault)(nil)
+
 func (f *killFault) Targets() []string { return []string{f.node.Name()} }
-func (f *killFault) Detail() string    { return f.detail }
+
+// Restarted implements Restarting: the heal starts the node afresh (a
+// fresh network namespace in Docker: what other faults installed there is
+// gone).
+func (f *killFault) Restarted() []string { return []string{f.node.Name()} }
+
+func (f *killFault) Detail() string { return f.detail }
 
 func (f *killFault) Heal(ctx context.Context) error {
 	return f.once.do(func() error {

@@ -16,9 +16,7 @@ package nemesis
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -26,7 +24,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/splitbrain/splitbrain/history"
 	"github.com/splitbrain/splitbrain/runtime"
 )
 
@@ -105,92 +102,6 @@ type Fault interface {
 	Detail() string
 	// Heal undoes the fault; it is safe to call more than once.
 	Heal(ctx context.Context) error
-}
-
-// Schedule says when faults happen.
-type Schedule struct {
-	// Interval is the mean quiet time between faults (jittered ±50%).
-	Interval time.Duration
-	// MinDuration and MaxDuration bound how long each fault lasts.
-	MinDuration, MaxDuration time.Duration
-}
-
-// Validate reports a schedule that cannot run.
-func (s Schedule) Validate() error {
-	switch {
-	case s.Interval <= 0:
-		return fmt.Errorf("nemesis interval must be positive, got %v", s.Interval)
-	case s.MinDuration <= 0 || s.MaxDuration < s.MinDuration:
-		return fmt.Errorf("fault duration range %v..%v is empty", s.MinDuration, s.MaxDuration)
-	}
-	return nil
-}
-
-func jitter(rng *rand.Rand, mean time.Duration) time.Duration {
-	return mean/2 + time.Duration(rng.Int64N(int64(mean)+1))
-}
-
-func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
-	return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
-}
-
-// Run injects faults from nemeses on sched until ctx is done, each kind
-// once in every round of len(nemeses) faults, in a random order, recording
-// each start and end on rec. Faults still in force when ctx ends are healed
-// with healCtx's deadline before Run returns. Injection errors are logged
-// and recorded; they do not stop the schedule. Heal errors are returned:
-// a fault that cannot be healed leaves the run's data in doubt.
-func Run(ctx context.Context, nemeses []Nemesis, env *Env, sched Schedule, rng *rand.Rand, rec *history.Recorder, log *slog.Logger) error {
-	if len(nemeses) == 0 {
-		<-ctx.Done()
-		return nil
-	}
-	var (
-		healErrs []error
-		deck     []Nemesis
-	)
-	for {
-		select {
-		case <-ctx.Done():
-			return errors.Join(healErrs...)
-		case <-time.After(jitter(rng, sched.Interval)):
-		}
-		// Drawn from a deck holding each nemesis once, refilled when
-		// empty: every kind comes into the first len(nemeses) faults, so a
-		// short run lands each fault it asks for (a run in which one never
-		// landed is not tested).
-		if len(deck) == 0 {
-			deck = slices.Clone(nemeses)
-		}
-		i := rng.IntN(len(deck))
-		n := deck[i]
-		deck = slices.Delete(deck, i, i+1)
-		f, ierr := n.Inject(ctx, env, rng)
-		if ierr != nil {
-			if ctx.Err() != nil {
-				return errors.Join(healErrs...)
-			}
-			log.Warn("nemesis inject failed", "nemesis", n.Name(), "err", ierr)
-			rec.Record(history.Event{Type: history.Nemesis, Process: -1, F: n.Name(), Phase: "error", Detail: ierr.Error()})
-			continue
-		}
-		rec.Record(history.Event{Type: history.Nemesis, Process: -1, F: n.Name(), Phase: history.PhaseStart, Targets: f.Targets(), Detail: f.Detail()})
-		log.Info("fault", "nemesis", n.Name(), "targets", f.Targets(), "detail", f.Detail())
-		select {
-		case <-ctx.Done():
-		case <-time.After(between(rng, sched.MinDuration, sched.MaxDuration)):
-		}
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		herr := f.Heal(hctx)
-		cancel()
-		end := history.Event{Type: history.Nemesis, Process: -1, F: n.Name(), Phase: history.PhaseEnd, Targets: f.Targets(), Detail: "healed"}
-		if herr != nil {
-			end.Detail = "heal failed: " + herr.Error()
-			healErrs = append(healErrs, fmt.Errorf("heal %s %v: %w", n.Name(), f.Targets(), herr))
-		}
-		rec.Record(end)
-		log.Info("healed", "nemesis", n.Name(), "targets", f.Targets(), "err", herr)
-	}
 }
 
 // Weights weigh target groups: [Weights.Pick] draws a group with

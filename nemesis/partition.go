@@ -333,7 +333,7 @@ func (p *Partition) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault
 	}
 	f := &partitionFault{topology: name, grudge: g, env: env}
 	if err := Apply(ctx, env, g); err != nil {
-		herr := Heal(context.WithoutCancel(ctx), env.all())
+		herr := heal(context.WithoutCancel(ctx), env.all(), g)
 		return nil, errors.Join(fmt.Errorf("partition %s: %w", name, err), herr)
 	}
 	return f, nil
@@ -343,8 +343,15 @@ type partitionFault struct {
 	topology string
 	grudge   Grudge
 	env      *Env
-	once     once
+
+	mu     sync.Mutex
+	healed bool
 }
+
+var (
+	_ Fault    = (*partitionFault)(nil)
+	_ Restorer = (*partitionFault)(nil)
+)
 
 func (f *partitionFault) Targets() []string {
 	var out []string
@@ -365,7 +372,34 @@ func (f *partitionFault) Detail() string {
 }
 
 func (f *partitionFault) Heal(ctx context.Context) error {
-	return f.once.do(func() error { return Heal(ctx, f.env.all()) })
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.healed {
+		return nil
+	}
+	if err := heal(ctx, f.env.all(), f.grudge); err != nil {
+		return err
+	}
+	f.healed = true
+	return nil
+}
+
+// Restore implements Restorer: a node with a grudge, started afresh while
+// the partition is in force (a kill healed), gets its rules back.
+func (f *partitionFault) Restore(ctx context.Context, node string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n, ok := f.env.Node(node)
+	if f.healed || !ok || len(f.grudge[node]) == 0 {
+		return nil
+	}
+	if err := heal(ctx, []runtime.Node{n}, f.grudge); err != nil {
+		return err
+	}
+	if err := Apply(ctx, f.env, Grudge{node: f.grudge[node]}); err != nil {
+		return fmt.Errorf("partition %s: restore %s: %w", f.topology, node, err)
+	}
+	return nil
 }
 
 func sortedKeys(g Grudge) []string {
@@ -417,8 +451,16 @@ func Apply(ctx context.Context, env *Env, g Grudge) error {
 }
 
 // Heal removes splitbrain's chain from every node and checks that no rule
-// of ours remains.
-func Heal(ctx context.Context, nodes []runtime.Node) error {
+// of ours remains. A node that is not running has none left (its network
+// namespace went with it: see runtime.ErrNotRunning); a frozen one is
+// waited for, up to ctx.
+func Heal(ctx context.Context, nodes []runtime.Node) error { return heal(ctx, nodes, nil) }
+
+// heal is Heal that waits only for the frozen nodes with a grudge in g
+// (nil: all of them): a frozen node holds no rule a fault of g installed
+// unless it has a grudge, and waiting for another fault's pause to end
+// would hold the heal up for nothing.
+func heal(ctx context.Context, nodes []runtime.Node, g Grudge) error {
 	script := strings.Join([]string{
 		"while iptables -w -D INPUT -j " + runtime.IptablesChain + " 2>/dev/null; do :; done",
 		"iptables -w -F " + runtime.IptablesChain + " 2>/dev/null || true",
@@ -426,10 +468,22 @@ func Heal(ctx context.Context, nodes []runtime.Node) error {
 		"! iptables -w -S | grep -q " + runtime.IptablesChain,
 	}, "\n")
 	return forNodes(ctx, nodes, func(ctx context.Context, n runtime.Node) error {
-		if _, err := runtime.Run(ctx, n, "sh", "-c", script); err != nil {
+		for {
+			_, err := runtime.Run(ctx, n, "sh", "-c", script)
+			switch {
+			case err == nil, errors.Is(err, runtime.ErrNotRunning):
+				return nil
+			case errors.Is(err, runtime.ErrFrozen) && g != nil && len(g[n.Name()]) == 0:
+				return nil
+			case errors.Is(err, runtime.ErrFrozen):
+				select {
+				case <-ctx.Done():
+				case <-time.After(50 * time.Millisecond):
+					continue
+				}
+			}
 			return fmt.Errorf("heal %s (rules of ours may remain): %w", n.Name(), err)
 		}
-		return nil
 	})
 }
 

@@ -82,6 +82,20 @@ type ExecResult struct {
 // non-zero; the result is still returned.
 var ErrExit = errors.New("command exited non-zero")
 
+// Errors [Node.Exec] wraps when no command can run in the node now, for a
+// fault whose undo must tell "not yet" from "nothing to undo" when faults
+// overlap.
+var (
+	// ErrFrozen: the node is frozen whole (a cgroup freeze: a paused
+	// client); a command runs once it is thawed.
+	ErrFrozen = errors.New("node frozen")
+	// ErrNotRunning: the node's main process is not running (killed, not
+	// yet restarted). In a runtime that gives each node its own network
+	// namespace (Docker), nothing installed in it survives: its restart
+	// starts with a fresh one.
+	ErrNotRunning = errors.New("node not running")
+)
+
 // Runtime starts and removes a run's nodes.
 //
 // A Runtime is safe for concurrent use.

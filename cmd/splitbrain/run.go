@@ -61,6 +61,7 @@ func newRunCmd(g *globalFlags) *cobra.Command {
 	f.DurationVar(&cfg.NemesisInterval, "nemesis-interval", cfg.NemesisInterval, "mean quiet time between faults")
 	f.DurationVar(&cfg.FaultMin, "fault-min", 0, "shortest fault (default: lease TTL + 1s)")
 	f.DurationVar(&cfg.FaultMax, "fault-max", 0, "longest fault (default: 2 x lease TTL + 1s)")
+	f.BoolVar(&cfg.FaultOverlap, "fault-overlap", false, "give each fault kind its own schedule (--nemesis-interval between one kind's faults), so that faults of different kinds are in force at once and heal in varied orders (by default one fault at a time)")
 	cfg.Faults.Flags(f)
 	f.BoolVar(&cfg.FaultsOptional, "faults-optional", false, "judge the run even when a requested fault never landed (by default such a run is not tested: exit 2)")
 	f.DurationVar(&cfg.AcquireTimeout, "acquire-timeout", cfg.AcquireTimeout, "how long a client waits for a lock")

@@ -573,7 +573,7 @@ func (n *Node) Exec(ctx context.Context, argv []string) (runtime.ExecResult, err
 	var res runtime.ExecResult
 	ex, err := n.rt.cli.ContainerExecCreate(ctx, n.id, container.ExecOptions{Cmd: argv, AttachStdout: true, AttachStderr: true})
 	if err != nil {
-		return res, fmt.Errorf("exec create in %s: %w", n.name, err)
+		return res, fmt.Errorf("exec create in %s: %w", n.name, n.whyNoExec(ctx, err))
 	}
 	hj, err := n.rt.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
 	if err != nil {
@@ -607,21 +607,41 @@ func (n *Node) Exec(ctx context.Context, argv []string) (runtime.ExecResult, err
 	return res, nil
 }
 
+// whyNoExec adds runtime.ErrFrozen or runtime.ErrNotRunning to err, a
+// refused exec, when the container is paused or not running.
+func (n *Node) whyNoExec(ctx context.Context, err error) error {
+	if !cerrdefs.IsConflict(err) {
+		return err
+	}
+	insp, ierr := n.rt.cli.ContainerInspect(ctx, n.id)
+	switch {
+	case ierr != nil || insp.State == nil:
+		return err
+	case !insp.State.Running:
+		return fmt.Errorf("%w: %w", runtime.ErrNotRunning, err)
+	case insp.State.Paused:
+		return fmt.Errorf("%w: %w", runtime.ErrFrozen, err)
+	}
+	return err
+}
+
 // Signal implements runtime.Node. For a node started with
 // runtime.NodeSpec.Group, SIGSTOP freezes the whole container with the
 // cgroup freezer (every process and thread at once: the agent and its
-// adapter) and SIGCONT thaws it, checking that it no longer is frozen.
+// adapter). SIGCONT thaws a frozen container, checking that it no longer is
+// frozen, and resumes its main process; a container that is not running (a
+// kill not yet healed) has nothing to resume.
 func (n *Node) Signal(ctx context.Context, sig syscall.Signal) error {
-	if n.spec.Group {
-		switch sig {
-		case syscall.SIGSTOP:
-			if err := n.rt.cli.ContainerPause(ctx, n.id); err != nil {
-				return fmt.Errorf("freeze %s: %w", n.name, err)
-			}
-			return nil
-		case syscall.SIGCONT:
-			return n.thaw(ctx)
+	if n.spec.Group && sig == syscall.SIGSTOP {
+		if err := n.rt.cli.ContainerPause(ctx, n.id); err != nil {
+			return fmt.Errorf("freeze %s: %w", n.name, err)
 		}
+		return nil
+	}
+	if sig == syscall.SIGCONT {
+		// A pause healed after a kill of the same process: a container
+		// not running has nothing to resume.
+		return n.thaw(ctx)
 	}
 	if err := n.rt.cli.ContainerKill(ctx, n.id, signalName(sig)); err != nil {
 		return fmt.Errorf("signal %s %v: %w", n.name, sig, err)
