@@ -5,6 +5,7 @@
 package clock
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -32,10 +33,15 @@ const (
 	// ModeStrobe flips the target's clock between two offsets every
 	// StrobeMin..StrobeMax for the fault's duration.
 	ModeStrobe = "strobe"
+	// ModeDrift makes the target's clock run at a rate drawn from
+	// MinRate..MaxRate (a factor of true time) from the fault's start;
+	// the heal measures the rate it ran at and puts the clock back on
+	// true time (a jump back by what the drift gained).
+	ModeDrift = "drift"
 )
 
 // Modes lists the clock nemesis's modes.
-var Modes = []string{ModeBump, ModeStrobe}
+var Modes = []string{ModeBump, ModeStrobe, ModeDrift}
 
 // Directions an offset may take.
 const (
@@ -54,13 +60,14 @@ var Groups = []string{nemesis.GroupHolder, nemesis.GroupClient, nemesis.GroupNod
 func init() {
 	nemesis.Register(nemesis.Kind{
 		Name: "clock",
-		Doc:  "skew the clock of one process (a lock node, a holder or a client): one jump, or flips between two offsets",
+		Doc:  "skew the clock of one process (a lock node, a holder or a client), or of several at once: one jump, flips between two offsets, or a drift at a rate",
 		NewSpec: func() nemesis.Spec {
 			return &Spec{
 				Targets:   nemesis.Weights{nemesis.GroupNode: 1, nemesis.GroupHolder: 1, nemesis.GroupClient: 1},
 				Modes:     nemesis.List{ModeBump, ModeStrobe},
 				Direction: DirBoth,
 				StrobeMin: 50 * time.Millisecond, StrobeMax: 200 * time.Millisecond,
+				MinRate: 0.5, MaxRate: 2, Count: 1,
 			}
 		},
 		Report: nemesis.Report{
@@ -89,6 +96,14 @@ type Spec struct {
 	// StrobeMin and StrobeMax bound a strobe's time between flips.
 	StrobeMin time.Duration `json:"strobe_min_ns"`
 	StrobeMax time.Duration `json:"strobe_max_ns"`
+	// MinRate and MaxRate bound a drift's rate, a factor of true time
+	// (--clock-rate-min, --clock-rate-max); Direction picks the fast
+	// (above 1) or slow (below 1) part of the range.
+	MinRate float64 `json:"rate_min"`
+	MaxRate float64 `json:"rate_max"`
+	// Count is how many processes of the drawn group one fault skews
+	// together, alike (--clock-count): a majority of Redlock's masters.
+	Count int `json:"count"`
 }
 
 var _ nemesis.Spec = (*Spec)(nil)
@@ -96,11 +111,14 @@ var _ nemesis.Spec = (*Spec)(nil)
 // Flags implements nemesis.Spec.
 func (s *Spec) Flags(fs *pflag.FlagSet) {
 	fs.Var(&s.Targets, "clock-targets", "weights of whose clock the clock nemesis skews: holder, client, node")
-	fs.Var(&s.Modes, "clock-modes", "clock faults to draw from: bump (one jump), strobe (flip between two offsets every 50-200ms)")
+	fs.Var(&s.Modes, "clock-modes", "clock faults to draw from: bump (one jump), strobe (flip between two offsets every 50-200ms), drift (run at a rate from --clock-rate-min..--clock-rate-max)")
 	fs.DurationVar(&s.Min, "clock-min", s.Min, "smallest clock offset (default: lease TTL)")
 	fs.DurationVar(&s.Max, "clock-max", s.Max, "largest clock offset (default: 3 x lease TTL)")
 	fs.StringVar(&s.Direction, "clock-direction", s.Direction, "clock offsets go forward, backward or both")
 	fs.BoolVar(&s.Monotonic, "clock-monotonic", s.Monotonic, "also skew CLOCK_MONOTONIC (what etcd and lockd time leases with); CLOCK_REALTIME always is")
+	fs.Float64Var(&s.MinRate, "clock-rate-min", s.MinRate, "slowest drift rate, a factor of true time (0.5: half speed); --clock-direction forward keeps only rates above 1, backward only those below")
+	fs.Float64Var(&s.MaxRate, "clock-rate-max", s.MaxRate, "fastest drift rate, a factor of true time (2: twice as fast)")
+	fs.IntVar(&s.Count, "clock-count", s.Count, "processes of the drawn group one clock fault skews together, alike (3: a majority of Redlock's 5 masters)")
 }
 
 // Validate implements nemesis.Spec.
@@ -109,7 +127,10 @@ func (s *Spec) Validate(t nemesis.Target) error {
 		return fmt.Errorf("--clock-targets: %w", err)
 	}
 	if err := s.nemesis(t).Validate(); err != nil {
-		return fmt.Errorf("clock nemesis: %w (check --clock-modes, --clock-min, --clock-max, --clock-direction)", err)
+		return fmt.Errorf("clock nemesis: %w (check --clock-modes, --clock-min, --clock-max, --clock-direction, --clock-rate-min, --clock-rate-max, --clock-count)", err)
+	}
+	if s.Count > 1 && s.Targets[nemesis.GroupNode] > 0 && t.Size > 0 && s.Count > t.Size {
+		return fmt.Errorf("--clock-count %d: the target %s has only %d nodes", s.Count, t.Name, t.Size)
 	}
 	return nil
 }
@@ -135,6 +156,7 @@ func (s *Spec) nemesis(t nemesis.Target) *Nemesis {
 		Modes: slices.Clone(s.Modes), Weights: maps.Clone(s.Targets), MinOffset: lo, MaxOffset: hi,
 		Direction: s.Direction, Monotonic: s.Monotonic,
 		StrobeMin: s.StrobeMin, StrobeMax: s.StrobeMax, HolderWait: time.Second,
+		MinRate: s.MinRate, MaxRate: s.MaxRate, Count: s.Count,
 		Shims: shims,
 	}
 }
@@ -164,8 +186,16 @@ type Nemesis struct {
 	// StrobeMin and StrobeMax bound the time between a strobe's flips.
 	StrobeMin, StrobeMax time.Duration
 	// Monotonic also skews CLOCK_MONOTONIC (and its family) by the same
-	// offset.
+	// offset, or at the same rate.
 	Monotonic bool
+	// MinRate and MaxRate bound a drift's rate (a factor of true time);
+	// Direction keeps the part above 1 (DirForward) or below (DirBackward).
+	MinRate, MaxRate float64
+	// Count is how many processes one fault skews together, alike (0 or
+	// 1: one): the first drawn as the group says (a holder preferred),
+	// the others at random from the same group's pool (the lock nodes, or
+	// the clients).
+	Count int
 	// HolderWait bounds the wait for a client in its critical section.
 	HolderWait time.Duration
 	// Shims maps a node role to the way its processes are skewed through
@@ -225,6 +255,17 @@ func (nm *Nemesis) Validate() error {
 		return fmt.Errorf("unknown clock direction %q (known: %s)", nm.Direction, strings.Join(Directions, ", "))
 	case nm.StrobeMin <= 0 || nm.StrobeMax < nm.StrobeMin:
 		return fmt.Errorf("strobe period range %v..%v is empty or not positive", nm.StrobeMin, nm.StrobeMax)
+	case nm.Count < 0:
+		return fmt.Errorf("clock count %d is negative", nm.Count)
+	}
+	if slices.Contains(nm.Modes, ModeDrift) {
+		lo, hi := nm.rateRange()
+		switch {
+		case nm.MinRate < 0 || nm.MaxRate < nm.MinRate || nm.MaxRate > clockskew.Factor(clockskew.MaxPPM):
+			return fmt.Errorf("clock rate range %g..%g is empty or outside 0..%g", nm.MinRate, nm.MaxRate, clockskew.Factor(clockskew.MaxPPM))
+		case lo > hi || (lo == 1 && hi == 1):
+			return fmt.Errorf("clock rate range %g..%g holds no drift in direction %s (forward: rates above 1, backward: below 1)", nm.MinRate, nm.MaxRate, cmp.Or(nm.Direction, DirBoth))
+		}
 	}
 	for role, s := range nm.Shims {
 		if s.Now == nil {
@@ -431,42 +472,134 @@ func (nm *Nemesis) draw(rng *rand.Rand) time.Duration {
 	return d
 }
 
-// Inject implements nemesis.Nemesis: it picks a target and a mode, skews
-// the target's clock and verifies the skew before returning.
+// rateRange is the part of MinRate..MaxRate that Direction allows.
+func (nm *Nemesis) rateRange() (lo, hi float64) {
+	lo, hi = nm.MinRate, nm.MaxRate
+	switch nm.Direction {
+	case DirForward:
+		lo = max(lo, 1)
+	case DirBackward:
+		hi = min(hi, 1)
+	}
+	return lo, hi
+}
+
+// drawRate returns a drift rate: uniform in the allowed range; with
+// DirBoth on a range around 1, fast or slow with even odds first (so a
+// range of 0.5..2 is not three quarters fast), rounded to whole ppm.
+func (nm *Nemesis) drawRate(rng *rand.Rand) float64 {
+	lo, hi := nm.rateRange()
+	if (nm.Direction == "" || nm.Direction == DirBoth) && lo < 1 && hi > 1 {
+		if rng.IntN(2) == 0 {
+			hi = 1
+		} else {
+			lo = 1
+		}
+	}
+	r := lo + rng.Float64()*(hi-lo)
+	return clockskew.Factor(clockskew.PPM(r))
+}
+
+// rates turns a rate factor into the rates of the skewed clocks.
+func (nm *Nemesis) rates(factor float64) clockskew.Rates {
+	r := clockskew.Rates{Realtime: clockskew.PPM(factor)}
+	if nm.Monotonic {
+		r.Monotonic = r.Realtime
+	}
+	return r
+}
+
+// choose picks the fault's nodes: one as the group says (a holder
+// preferred), and Count-1 more at random from the same pool.
+func (nm *Nemesis) choose(ctx context.Context, env *nemesis.Env, rng *rand.Rand, group string) ([]runtime.Node, error) {
+	first, err := env.Choose(ctx, rng, group, nm.HolderWait)
+	if err != nil {
+		return nil, err
+	}
+	nodes := []runtime.Node{first}
+	if nm.Count <= 1 {
+		return nodes, nil
+	}
+	pool := env.Clients
+	if group == nemesis.GroupNode {
+		pool = env.Nodes
+	}
+	var rest []runtime.Node
+	for _, n := range pool {
+		if n.Name() != first.Name() {
+			rest = append(rest, n)
+		}
+	}
+	if len(rest) < nm.Count-1 {
+		return nil, fmt.Errorf("%d processes to skew together, but the %s group has %d", nm.Count, group, len(rest)+1)
+	}
+	rng.Shuffle(len(rest), func(i, j int) { rest[i], rest[j] = rest[j], rest[i] })
+	return append(nodes, rest[:nm.Count-1]...), nil
+}
+
+// Inject implements nemesis.Nemesis: it picks the targets and a mode,
+// skews the targets' clocks and verifies each before returning: a jump's
+// offset, or a drift's start (its offset near zero, what the rate can have
+// gained since it was set).
 func (nm *Nemesis) Inject(ctx context.Context, env *nemesis.Env, rng *rand.Rand) (nemesis.Fault, error) {
 	group := nm.Weights.Pick(rng)
-	node, err := env.Choose(ctx, rng, group, nm.HolderWait)
+	nodes, err := nm.choose(ctx, env, rng, group)
 	if err != nil {
 		return nil, fmt.Errorf("clock: %w", err)
 	}
 	mode := nm.Modes[rng.IntN(len(nm.Modes))]
-	p := nm.Process(node)
-	rec := Record{Mode: mode, Target: node.Name(), Group: group, Via: p.Via(), Clocks: nm.clocks()}
-	d := nm.draw(rng)
+	procs := make([]*clockskew.Process, len(nodes))
+	names := make([]string, len(nodes))
+	vias := make([]string, len(nodes))
+	for i, n := range nodes {
+		procs[i] = nm.Process(n)
+		names[i], vias[i] = n.Name(), procs[i].Via()
+	}
+	slices.Sort(vias)
+	rec := Record{Mode: mode, Target: strings.Join(names, ","), Group: group, Via: strings.Join(slices.Compact(vias), ","), Clocks: nm.clocks()}
 	switch mode {
 	case ModeBump:
-		rec.Offsets = []time.Duration{d}
+		rec.Offsets = []time.Duration{nm.draw(rng)}
 	case ModeStrobe:
+		d := nm.draw(rng)
 		var other time.Duration
 		if nm.Direction == "" || nm.Direction == DirBoth {
 			other = -d
 		}
 		rec.Offsets = []time.Duration{d, other}
 		rec.PeriodMin, rec.PeriodMax = nm.StrobeMin, nm.StrobeMax
+	case ModeDrift:
+		rec.Rate = nm.drawRate(rng)
 	}
-	f := &fault{nm: nm, proc: p, rec: rec, done: make(chan struct{})}
+	f := &fault{nm: nm, procs: procs, rec: rec, done: make(chan struct{})}
 	undo := func(err error) error {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		return errors.Join(fmt.Errorf("clock %s: %w", mode, err), f.reset(rctx))
 	}
-	first := nm.offsets(rec.Offsets[0])
-	if err := p.Set(ctx, first); err != nil {
-		return nil, undo(err)
-	}
-	obs, err := p.Verify(ctx, first)
-	if err != nil {
-		return nil, undo(err)
+	var obs clockskew.Observation
+	if mode == ModeDrift {
+		f.start = make([]clockskew.Observation, len(procs))
+		for i, p := range procs {
+			if f.start[i], err = nm.startDrift(ctx, p, nm.rates(rec.Rate)); err != nil {
+				return nil, undo(err)
+			}
+		}
+		obs = f.start[0]
+	} else {
+		first := nm.offsets(rec.Offsets[0])
+		for i, p := range procs {
+			if err := p.Set(ctx, first); err != nil {
+				return nil, undo(err)
+			}
+			o, err := p.Verify(ctx, first)
+			if err != nil {
+				return nil, undo(err)
+			}
+			if i == 0 {
+				obs = o
+			}
+		}
 	}
 	f.rec.Observed = obs.Realtime.Round(time.Millisecond)
 	f.rec.Uncertainty = obs.Uncertainty.Round(time.Millisecond)
@@ -481,30 +614,69 @@ func (nm *Nemesis) Inject(ctx context.Context, env *nemesis.Env, rng *rand.Rand)
 	return f, nil
 }
 
+// startDrift sets p drifting at r from true time and observes it once: its
+// realtime offset must lie between zero and what the rate can have gained
+// since the drift was asked for, within the tolerance and the
+// observation's uncertainty. The observation is the drift's first reading
+// (the heal's is the second).
+func (nm *Nemesis) startDrift(ctx context.Context, p *clockskew.Process, r clockskew.Rates) (clockskew.Observation, error) {
+	asked := time.Now()
+	if err := p.Drift(ctx, clockskew.Offsets{}, r); err != nil {
+		return clockskew.Observation{}, err
+	}
+	obs, err := p.Observe(ctx)
+	if err != nil {
+		return obs, err
+	}
+	gained := time.Duration(float64(obs.At.Add(obs.Uncertainty).Sub(asked)) * (clockskew.Factor(r.Realtime) - 1))
+	lo, hi := min(0, gained), max(0, gained)
+	tol := nm.tolerance() + obs.Uncertainty
+	if obs.Realtime < lo-tol || obs.Realtime > hi+tol {
+		return obs, fmt.Errorf("%s: CLOCK_REALTIME is off by %s just after a drift at %s started, want %s..%s (±%s): %w",
+			p.Node().Name(), obs.Realtime.Round(time.Millisecond), r, lo.Round(time.Millisecond), hi.Round(time.Millisecond), tol.Round(time.Millisecond), clockskew.ErrNotVerified)
+	}
+	return obs, nil
+}
+
+// tolerance is the offset tolerance of the nemesis's processes.
+func (nm *Nemesis) tolerance() time.Duration {
+	if nm.Tolerance > 0 {
+		return nm.Tolerance
+	}
+	return 100 * time.Millisecond
+}
+
 // fault is one clock fault in force.
 type fault struct {
 	nm    *Nemesis
-	proc  *clockskew.Process
+	procs []*clockskew.Process
 	rec   Record
 	stop  context.CancelFunc // strobe only
 	done  chan struct{}      // closed when the strobe has stopped
 	flips atomic.Int64
 	fails atomic.Int64
+	// start are a drift's first observations, one per process.
+	start []clockskew.Observation
 
-	mu     sync.Mutex
-	healed bool
+	mu       sync.Mutex
+	healed   bool
+	measured []clockskew.RateReading // a drift's rates, measured at heal
 }
 
 var _ nemesis.Fault = (*fault)(nil)
 
 // Targets implements nemesis.Fault.
-func (f *fault) Targets() []string { return []string{f.rec.Target} }
+func (f *fault) Targets() []string { return strings.Split(f.rec.Target, ",") }
 
 // Detail implements nemesis.Fault: the fault's [Record].
 func (f *fault) Detail() string { return f.rec.String() }
 
-// Heal implements nemesis.Fault: it stops a strobe, resets the process's
-// clock and verifies the reset; a reset that does not verify is an error.
+// Heal implements nemesis.Fault: it stops a strobe, measures a drift's
+// rate (the clock's offset at heal against the one at the start: the
+// rate it ran at for the whole fault), resets the processes' clocks and
+// verifies the resets. A reset that does not verify, or a drift that did
+// not run at its rate (within clockskew.RateTolerance and the
+// observations' uncertainty), is an error.
 func (f *fault) Heal(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -518,31 +690,82 @@ func (f *fault) Heal(ctx context.Context) error {
 	if f.rec.Mode == ModeStrobe {
 		f.nm.log().Info("strobe stopped", "target", f.rec.Target, "flips", f.flips.Load(), "failed", f.fails.Load())
 	}
+	var rateErr error
+	if f.rec.Mode == ModeDrift {
+		rateErr = f.measure(ctx)
+	}
 	if err := f.reset(ctx); err != nil {
-		return err
+		return errors.Join(err, rateErr)
 	}
 	f.healed = true
+	return rateErr
+}
+
+// measure observes each drifting process once more and checks the rate
+// its clock ran at since the start.
+func (f *fault) measure(ctx context.Context) error {
+	want := f.nm.rates(f.rec.Rate)
+	var errs []error
+	f.measured = make([]clockskew.RateReading, len(f.procs))
+	for i, p := range f.procs {
+		obs, err := p.Observe(ctx)
+		if err == nil {
+			f.measured[i], err = clockskew.RateBetween(f.start[i], obs)
+		}
+		if err == nil {
+			f.nm.log().Info("drift measured", "target", p.Node().Name(), "rate", f.rec.Rate, "measured", f.measured[i].String())
+			err = clockskew.CheckRate(p.Node().Name(), f.measured[i], want)
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return joinLine(errs)
+}
+
+// Measured returns the rates the processes of a clock nemesis's drift
+// fault ran at, measured at its heal, in the order of its Targets: nil
+// before the heal, and for other faults.
+func Measured(f nemesis.Fault) []clockskew.RateReading {
+	if cf, ok := f.(*fault); ok {
+		return cf.Measured()
+	}
 	return nil
 }
 
-// reset resets the process, trying once more after a failure (a reset
+// Measured is [Measured] of f.
+func (f *fault) Measured() []clockskew.RateReading {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.measured)
+}
+
+// reset resets the processes, trying once more after a failure (a reset
 // races nothing, but a loaded engine can fail an exec).
 func (f *fault) reset(ctx context.Context) error {
-	err := f.proc.Reset(ctx)
+	errs := make([]error, len(f.procs))
+	for i, p := range f.procs {
+		errs[i] = f.resetOne(ctx, p)
+	}
+	return joinLine(errs)
+}
+
+func (f *fault) resetOne(ctx context.Context, p *clockskew.Process) error {
+	err := p.Reset(ctx)
 	if err == nil || ctx.Err() != nil {
 		return err
 	}
-	f.nm.log().Warn("clock reset failed; retrying", "target", f.rec.Target, "err", err)
+	f.nm.log().Warn("clock reset failed; retrying", "target", p.Node().Name(), "err", err)
 	select {
 	case <-ctx.Done():
 		return err
 	case <-time.After(200 * time.Millisecond):
 	}
-	return f.proc.Reset(ctx)
+	return p.Reset(ctx)
 }
 
-// strobe flips the process between the record's two offsets until ctx is
-// done.
+// strobe flips the processes between the record's two offsets until ctx
+// is done.
 func (f *fault) strobe(ctx context.Context, rng *rand.Rand) {
 	defer close(f.done)
 	i := 0
@@ -554,17 +777,19 @@ func (f *fault) strobe(ctx context.Context, rng *rand.Rand) {
 		case <-time.After(wait):
 		}
 		i ^= 1
-		fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err := f.proc.Flip(fctx, f.nm.offsets(f.rec.Offsets[i]))
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return
+		for _, p := range f.procs {
+			fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := p.Flip(fctx, f.nm.offsets(f.rec.Offsets[i]))
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				f.fails.Add(1)
+				f.nm.log().Warn("strobe flip failed", "target", p.Node().Name(), "err", err)
+				continue
 			}
-			f.fails.Add(1)
-			f.nm.log().Warn("strobe flip failed", "target", f.rec.Target, "err", err)
-			continue
+			f.flips.Add(1)
 		}
-		f.flips.Add(1)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -297,6 +298,16 @@ func TestNemesisValidate(t *testing.T) {
 		{"bad direction", func(n *Nemesis) { n.Direction = "sideways" }, "unknown clock direction"},
 		{"bad strobe", func(n *Nemesis) { n.StrobeMin = 0 }, "strobe period"},
 		{"shim without time", func(n *Nemesis) { n.Shims = map[string]clockskew.Shim{"redis": {}} }, "no time query"},
+		{"drift", func(n *Nemesis) { n.Modes, n.MinRate, n.MaxRate = []string{ModeDrift}, 0.5, 2 }, ""},
+		{"drift stopped clock", func(n *Nemesis) { n.Modes, n.MinRate, n.MaxRate = []string{ModeDrift}, 0, 0 }, ""},
+		{"drift inverted", func(n *Nemesis) { n.Modes, n.MinRate, n.MaxRate = []string{ModeDrift}, 2, 1.5 }, "rate range 2..1.5 is empty"},
+		{"drift too fast", func(n *Nemesis) { n.Modes, n.MinRate, n.MaxRate = []string{ModeDrift}, 1, 20 }, "outside 0..11"},
+		{"drift at 1", func(n *Nemesis) { n.Modes, n.MinRate, n.MaxRate = []string{ModeDrift}, 1, 1 }, "holds no drift"},
+		{"drift backward but fast", func(n *Nemesis) {
+			n.Modes, n.MinRate, n.MaxRate, n.Direction = []string{ModeDrift}, 1.5, 2, DirBackward
+		}, "holds no drift in direction backward"},
+		{"rates unused without drift", func(n *Nemesis) { n.MinRate, n.MaxRate = 3, 1 }, ""},
+		{"negative count", func(n *Nemesis) { n.Count = -1 }, "count -1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -339,6 +350,8 @@ func TestRecordRoundTrip(t *testing.T) {
 		{Mode: ModeStrobe, Target: "c1", Group: "holder", Via: clockskew.ViaVDSO, Clocks: []string{"realtime"},
 			Offsets: []time.Duration{4 * time.Second, 0}, PeriodMin: 50 * time.Millisecond, PeriodMax: 200 * time.Millisecond},
 		{Mode: ModeBump, Target: "n2", Group: "node", Via: clockskew.ViaShim, Clocks: []string{"realtime"}, Offsets: []time.Duration{4425 * time.Millisecond}, Observed: 4865 * time.Millisecond, Uncertainty: 450 * time.Millisecond},
+		{Mode: ModeDrift, Target: "n1,n3,n4", Group: "node", Via: clockskew.ViaShim, Clocks: []string{"realtime"}, Rate: 1.25, Observed: 3 * time.Millisecond, Uncertainty: 2 * time.Millisecond},
+		{Mode: ModeDrift, Target: "c1", Group: "holder", Via: "shim,vdso", Clocks: []string{"realtime", "monotonic"}, Rate: 0.5},
 	}
 	for _, want := range tests {
 		s := want.String()
@@ -356,12 +369,117 @@ func TestRecordRoundTrip(t *testing.T) {
 	if got := tests[3].String(); !strings.HasSuffix(got, " observed=+4.865s uncertainty=450ms") {
 		t.Fatalf("detail %q", got)
 	}
+	if got := tests[4].String(); got != "mode=drift target=n1,n3,n4 group=node via=shim clocks=realtime rate=1.25x observed=+3ms uncertainty=2ms" {
+		t.Fatalf("detail %q", got)
+	}
 	if _, err := ParseRecord("mode=bump target=n1 offset=+1s uncertainty=soon"); err == nil {
 		t.Error("a bad uncertainty parsed")
 	}
-	for _, bad := range []string{"", "mode=bump", "mode=bump target=n1 offset=soon", "SIGSTOP"} {
+	for _, bad := range []string{"", "mode=bump", "mode=bump target=n1 offset=soon", "SIGSTOP", "mode=drift target=n1 rate=fast"} {
 		if _, err := ParseRecord(bad); err == nil {
 			t.Errorf("%q parsed", bad)
 		}
+	}
+}
+
+// TestNemesisDrift: a drift fault sets the drawn rate on every target (by
+// vDSO and through the shim), starts near true time, measures at heal the
+// rate each clock ran at, and resets them all; with Count it skews that
+// many distinct lock nodes together. A shimmed process whose clock ignores
+// its control file (the rate never took) fails the heal with
+// ErrRateNotVerified, and is reset all the same.
+func TestNemesisDrift(t *testing.T) {
+	tests := []struct {
+		name      string
+		roles     []string // of the nodes n1, n2, ...
+		count     int
+		lo, hi    float64
+		direction string
+		monotonic bool
+		deaf      bool // the shim's time query ignores the control file
+		wantErr   error
+	}{
+		{name: "etcd 2x realtime and monotonic", roles: []string{"etcd"}, lo: 2, hi: 2, monotonic: true},
+		{name: "redis slow", roles: []string{"redis"}, lo: 0.5, hi: 2, direction: DirBackward},
+		{name: "redlock majority fast", roles: []string{"redis", "redis", "redis", "redis", "redis"}, count: 3, lo: 1.5, hi: 3, direction: DirForward},
+		{name: "mixed mechanisms", roles: []string{"etcd", "redis"}, count: 2, lo: 0.25, hi: 4},
+		{name: "rate not taken", roles: []string{"redis"}, lo: 2, hi: 2, deaf: true, wantErr: clockskew.ErrRateNotVerified},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := clockskew.NewFakeHelper()
+			env := fakeEnv(t, h, tt.roles[0])
+			env.Nodes = nil
+			idle := func(ctx context.Context, _ *memrt.Proc) error { <-ctx.Done(); return nil }
+			rt := memrt.New(map[string]memrt.Program{"etcd": idle, "redis": idle}, h.Exec)
+			t.Cleanup(func() { rt.Close(context.Background()) })
+			for j, role := range tt.roles {
+				n, err := rt.Start(context.Background(), runtime.NodeSpec{Name: fmt.Sprintf("n%d", j+1), Role: role})
+				if err != nil {
+					t.Fatal(err)
+				}
+				env.Nodes = append(env.Nodes, n)
+			}
+			nm := testNemesis(h)
+			if tt.deaf {
+				nm.Shims["redis"] = clockskew.Shim{Now: func(context.Context, runtime.Node) (time.Time, error) { return time.Now(), nil }}
+			}
+			nm.Modes, nm.Count, nm.MinRate, nm.MaxRate, nm.Direction, nm.Monotonic = []string{ModeDrift}, tt.count, tt.lo, tt.hi, tt.direction, tt.monotonic
+			if err := nm.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			f, err := nm.Inject(ctx, env, rand.New(rand.NewPCG(uint64(i), 7)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := ParseRecord(f.Detail())
+			if err != nil {
+				t.Fatal(err)
+			}
+			lo, hi := nm.rateRange()
+			if rec.Mode != ModeDrift || rec.Rate < lo || rec.Rate > hi || rec.Rate == 1 || rec.Observed.Abs() > 10*time.Millisecond {
+				t.Fatalf("record %+v (detail %q), want a drift at a rate in %g..%g", rec, f.Detail(), lo, hi)
+			}
+			targets := f.Targets()
+			if want := max(tt.count, 1); len(targets) != want || len(slices.Compact(slices.Sorted(slices.Values(targets)))) != want {
+				t.Fatalf("targets %v, want %d distinct", targets, want)
+			}
+			want := nm.rates(rec.Rate)
+			for _, name := range targets {
+				st := h.State(name)
+				if got := st.VDSORates; st.Injected && got != want {
+					t.Fatalf("%s: vDSO rates %v, want %v", name, got, want)
+				}
+				if got := st.FileRates; !st.Injected && got != want {
+					t.Fatalf("%s: file rates %v, want %v", name, got, want)
+				}
+			}
+			time.Sleep(300 * time.Millisecond)
+			err = f.Heal(ctx)
+			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
+				t.Fatalf("heal: %v, want %v", err, tt.wantErr)
+			}
+			if tt.wantErr == nil {
+				m := f.(*fault).Measured()
+				for j, r := range m {
+					if math.Abs(r.Realtime-rec.Rate) > 0.01 || r.Over < 300*time.Millisecond {
+						t.Fatalf("%s: measured %s, want realtime %gx", targets[j], r, rec.Rate)
+					}
+					if r.HasMonotonic && math.Abs(r.Monotonic-clockskew.Factor(want.Monotonic)) > 0.01 {
+						t.Fatalf("%s: measured %s, want monotonic %v", targets[j], r, want)
+					}
+				}
+			}
+			for _, name := range targets {
+				st := h.State(name)
+				if st.Patched || st.VDSORates != (clockskew.Rates{}) || st.FileRates != (clockskew.Rates{}) || (st.File != nil && *st.File != (clockskew.Offsets{})) {
+					t.Fatalf("%s after heal: %+v", name, st)
+				}
+			}
+			if s := nm.Skewed(); len(s) != 0 {
+				t.Fatalf("still skewed after heal: %v", s)
+			}
+		})
 	}
 }

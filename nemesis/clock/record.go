@@ -2,6 +2,7 @@ package clock
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -11,16 +12,19 @@ import (
 //
 //	mode=bump target=n1 group=node via=shim clocks=realtime offset=+3.2s observed=+3.201s uncertainty=2ms
 //	mode=strobe target=c2 group=client via=vdso clocks=realtime,monotonic offsets=+2.5s,-2.5s period=50ms..200ms observed=+2.5s
+//	mode=drift target=n1,n3,n4 group=node via=shim clocks=realtime rate=1.25x observed=+3ms uncertainty=2ms
 //
 // [ParseRecord] reads it back.
 type Record struct {
 	// Mode is ModeBump or ModeStrobe.
 	Mode string
-	// Target is the node whose main process was skewed.
+	// Target is the node whose main process was skewed, or the nodes,
+	// comma-separated, when one fault skews several alike.
 	Target string
 	// Group is the target group it was drawn from.
 	Group string
-	// Via is the mechanism: ViaVDSO or ViaShim.
+	// Via is the mechanism: ViaVDSO or ViaShim (both, comma-separated,
+	// when the targets differ).
 	Via string
 	// Clocks are the clocks skewed ("realtime", "monotonic").
 	Clocks []string
@@ -29,8 +33,12 @@ type Record struct {
 	Offsets []time.Duration
 	// PeriodMin and PeriodMax bound a strobe's time between flips.
 	PeriodMin, PeriodMax time.Duration
-	// Observed is the CLOCK_REALTIME offset read back from the process
-	// once the fault was in force.
+	// Rate is a drift's rate, a factor of true time (1.25: a quarter
+	// fast), from the fault's start.
+	Rate float64
+	// Observed is the CLOCK_REALTIME offset read back from the (first)
+	// process once the fault was in force (a drift's: just after it
+	// started, near zero).
 	Observed time.Duration
 	// Uncertainty bounds how far Observed may be from the offset the
 	// process had (half the observation's round trip; zero when unknown,
@@ -45,9 +53,12 @@ func (r Record) String() string {
 	for i, o := range r.Offsets {
 		offs[i] = signed(o)
 	}
-	if r.Mode == ModeStrobe {
+	switch r.Mode {
+	case ModeStrobe:
 		parts = append(parts, "offsets="+strings.Join(offs, ","), fmt.Sprintf("period=%s..%s", r.PeriodMin, r.PeriodMax))
-	} else {
+	case ModeDrift:
+		parts = append(parts, "rate="+strconv.FormatFloat(r.Rate, 'g', -1, 64)+"x")
+	default:
 		parts = append(parts, "offset="+strings.Join(offs, ","))
 	}
 	parts = append(parts, "observed="+signed(r.Observed))
@@ -96,6 +107,8 @@ func ParseRecord(s string) (Record, error) {
 			} else {
 				err = e2
 			}
+		case "rate":
+			r.Rate, err = strconv.ParseFloat(strings.TrimSuffix(v, "x"), 64)
 		case "observed":
 			r.Observed, err = time.ParseDuration(v)
 		case "uncertainty":
@@ -105,8 +118,8 @@ func ParseRecord(s string) (Record, error) {
 			return r, fmt.Errorf("clock fault detail %q: %s: %w", s, k, err)
 		}
 	}
-	if r.Mode == "" || r.Target == "" || len(r.Offsets) == 0 {
-		return r, fmt.Errorf("clock fault detail %q: want at least mode, target and offset", s)
+	if r.Mode == "" || r.Target == "" || (len(r.Offsets) == 0 && r.Rate == 0 && r.Mode != ModeDrift) {
+		return r, fmt.Errorf("clock fault detail %q: want at least mode, target and offset (or a drift's rate)", s)
 	}
 	return r, nil
 }

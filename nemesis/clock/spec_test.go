@@ -24,7 +24,8 @@ func TestSpec(t *testing.T) {
 	s := k.NewSpec().(*Spec)
 	fs := pflag.NewFlagSet("run", pflag.ContinueOnError)
 	s.Flags(fs)
-	for name, def := range map[string]string{"clock-targets": "client=1,holder=1,node=1", "clock-modes": "bump,strobe", "clock-min": "0s", "clock-direction": "both", "clock-monotonic": "false"} {
+	for name, def := range map[string]string{"clock-targets": "client=1,holder=1,node=1", "clock-modes": "bump,strobe", "clock-min": "0s", "clock-direction": "both", "clock-monotonic": "false",
+		"clock-rate-min": "0.5", "clock-rate-max": "2", "clock-count": "1"} {
 		if f := fs.Lookup(name); f == nil || f.DefValue != def {
 			t.Fatalf("--%s: %+v, want default %q", name, f, def)
 		}
@@ -57,6 +58,8 @@ func TestSpec(t *testing.T) {
 		{func(s *Spec) { s.Modes = nemesis.List{"wobble"} }, "--clock-modes"},
 		{func(s *Spec) { s.Min = 6 * time.Second }, "offset range 6s..5s"},
 		{func(s *Spec) { s.Direction = "sideways" }, "unknown clock direction"},
+		{func(s *Spec) { s.Modes, s.MinRate = nemesis.List{ModeDrift}, 3 }, "rate range 3..2 is empty"},
+		{func(s *Spec) { s.Count = 2 }, "--clock-count 2: the target redis has only 1 nodes"},
 	} {
 		c := *s
 		tt.change(&c)
