@@ -758,3 +758,90 @@ func opTitle(o Op, tf timeFmt) string {
 	}
 	return s
 }
+
+// faultLanesChart draws each fault as a bar on the run's time axis, the
+// faults in force at once on separate lanes (each fault takes the first
+// lane free at its start), so that overlapping faults (--fault-overlap)
+// read apart; its note says how many were in force at most, and when.
+func faultLanesChart(faults []checkers.Window, ax xAxis) chart {
+	order := make([]int, len(faults))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return faults[order[a]].Start < faults[order[b]].Start })
+	lane := make([]int, len(faults))
+	var laneEnd []int64
+	for _, i := range order {
+		w := faults[i]
+		l := slices.IndexFunc(laneEnd, func(end int64) bool { return end <= w.Start })
+		if l < 0 {
+			l = len(laneEnd)
+			laneEnd = append(laneEnd, 0)
+		}
+		lane[i], laneEnd[l] = l, w.End
+	}
+	const rowH, gap = 16.0, 5.0
+	y0 := float64(padTop) - 14
+	y1 := y0 + float64(max(len(laneEnd), 1))*(rowH+gap)
+	c := chart{ID: "fault-lanes", Title: "Faults in force", Width: chartWidth, Height: int(y1) + padBottom,
+		Desc: "Each fault as a bar from its start to its heal, faults in force at the same time on separate lanes."}
+	c.frame(ax, y0, y1, nil)
+	for l := range laneEnd {
+		c.Texts = append(c.Texts, svgText{X: num(ax.x0 - 6), Y: num(y0 + float64(l)*(rowH+gap) + gap/2 + rowH/2), Text: fmt.Sprintf("lane %d", l+1), Anchor: "end", Class: "rowlabel ymid"})
+	}
+	for i, w := range faults {
+		if w.End < ax.t0 || w.Start > ax.t1 {
+			continue
+		}
+		x0, x1 := ax.x(w.Start), ax.x(w.End)
+		y := y0 + float64(lane[i])*(rowH+gap) + gap/2
+		label := faultLabel(w)
+		c.Rects = append(c.Rects, svgRect{X: num(x0), Y: num(y), W: num(max(x1-x0, 1.5)), H: num(rowH), Fill: faultColor(w.F), Class: "lane",
+			Title: fmt.Sprintf("%s (%s): %s", label, w.Detail, ax.tf.span(w.Start, w.End))})
+		if width := float64(len(label))*6.2 + 6; width < x1-x0 {
+			c.Texts = append(c.Texts, svgText{X: num(x0 + 3), Y: num(y + rowH/2), Text: label, Class: "lanelabel ymid"})
+		}
+	}
+	c.Legend = faultLegend(faults)
+	most, from, to := mostInForce(faults)
+	switch {
+	case len(faults) == 0:
+		c.Note = "No fault was injected."
+	case most == 1:
+		c.Note = fmt.Sprintf("%d faults, one at a time.", len(faults))
+	default:
+		c.Note = fmt.Sprintf("%d faults; at most %d in force at once (first %s).", len(faults), most, ax.tf.span(from, to))
+	}
+	return c
+}
+
+// mostInForce is the largest number of faults in force at one moment and
+// the first span during which that many were (a fault healed at the moment
+// another starts is not in force with it).
+func mostInForce(faults []checkers.Window) (most int, from, to int64) {
+	type edge struct {
+		at    int64
+		delta int
+	}
+	edges := make([]edge, 0, 2*len(faults))
+	for _, w := range faults {
+		edges = append(edges, edge{w.Start, 1}, edge{w.End, -1})
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		if edges[i].at != edges[j].at {
+			return edges[i].at < edges[j].at
+		}
+		return edges[i].delta < edges[j].delta // ends first
+	})
+	n, peak := 0, false
+	for _, e := range edges {
+		n += e.delta
+		if peak && e.delta < 0 {
+			to, peak = e.at, false
+		}
+		if n > most {
+			most, from, peak = n, e.at, true
+		}
+	}
+	return most, from, to
+}

@@ -232,6 +232,7 @@ type reportPage struct {
 	Latency      chart
 	Throughput   chart
 	Timeline     chart
+	FaultLanes   chart
 	Overlaps     int
 	Metrics      []metricRow
 	Counters     []kv
@@ -328,6 +329,9 @@ func buildPage(root *os.Root, x *Explained, noHistory bool) *reportPage {
 	p.Latency = latencyChart(in.Ops, ax, faults)
 	p.Throughput = throughputChart(in.Ops, ax, faults)
 	p.Timeline, p.Overlaps = timelineChart(checkers.Holds(in), ax, faults, late)
+	if len(faults) > 0 {
+		p.FaultLanes = faultLanesChart(faults, ax)
+	}
 
 	m := run.Metrics
 	p.Metrics = []metricRow{distRow("lock wait (acquire)", m.LockWait), distRow("hold time", m.Hold)}
