@@ -752,6 +752,18 @@ func (f *fault) reset(ctx context.Context) error {
 
 func (f *fault) resetOne(ctx context.Context, p *clockskew.Process) error {
 	err := p.Reset(ctx)
+	// Under --fault-overlap a pause or a kill of the same node may be in
+	// force: a frozen container runs no command until thawed, and one
+	// killed runs none until restarted (the shim's control file outlives
+	// the process), so the reset waits for them, up to ctx.
+	for errors.Is(err, runtime.ErrFrozen) || errors.Is(err, runtime.ErrNotRunning) {
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+		err = p.Reset(ctx)
+	}
 	if err == nil || ctx.Err() != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -476,6 +477,61 @@ func TestNemesisDrift(t *testing.T) {
 				if st.Patched || st.VDSORates != (clockskew.Rates{}) || st.FileRates != (clockskew.Rates{}) || (st.File != nil && *st.File != (clockskew.Offsets{})) {
 					t.Fatalf("%s after heal: %+v", name, st)
 				}
+			}
+			if s := nm.Skewed(); len(s) != 0 {
+				t.Fatalf("still skewed after heal: %v", s)
+			}
+		})
+	}
+}
+
+// TestNemesisHealWaitsForAFrozenNode: under --fault-overlap a pause may
+// freeze the skewed node whole (no command runs in it) or a kill may have
+// stopped it when the clock fault heals; the reset waits for it to run
+// again and then succeeds, for the shim and the vDSO alike.
+func TestNemesisHealWaitsForAFrozenNode(t *testing.T) {
+	for _, tc := range []struct {
+		role string
+		why  error
+	}{{"redis", runtime.ErrFrozen}, {"etcd", runtime.ErrFrozen}, {"redis", runtime.ErrNotRunning}} {
+		t.Run(tc.role+"/"+tc.why.Error(), func(t *testing.T) {
+			h := clockskew.NewFakeHelper()
+			var blocked atomic.Bool
+			exec := func(ctx context.Context, node string, argv []string) (runtime.ExecResult, error) {
+				if node == "n1" && blocked.Load() {
+					return runtime.ExecResult{}, fmt.Errorf("exec create in %s: %w", node, tc.why)
+				}
+				return h.Exec(ctx, node, argv)
+			}
+			idle := func(ctx context.Context, _ *memrt.Proc) error { <-ctx.Done(); return nil }
+			rt := memrt.New(map[string]memrt.Program{tc.role: idle}, exec)
+			t.Cleanup(func() { rt.Close(context.Background()) })
+			n1, err := rt.Start(context.Background(), runtime.NodeSpec{Name: "n1", Role: tc.role})
+			if err != nil {
+				t.Fatal(err)
+			}
+			env := &nemesis.Env{Nodes: []runtime.Node{n1}}
+			nm := testNemesis(h)
+			f, err := nm.Inject(context.Background(), env, rand.New(rand.NewPCG(4, 4)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			blocked.Store(true)
+			healed := make(chan error, 1)
+			go func() { healed <- f.Heal(context.Background()) }()
+			select {
+			case err := <-healed:
+				t.Fatalf("heal returned (%v) while n1 could run nothing", err)
+			case <-time.After(300 * time.Millisecond):
+			}
+			blocked.Store(false)
+			select {
+			case err := <-healed:
+				if err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("heal did not finish once n1 ran again")
 			}
 			if s := nm.Skewed(); len(s) != 0 {
 				t.Fatalf("still skewed after heal: %v", s)
