@@ -9,6 +9,7 @@
 //	go run ./bench bringup-zk # 3-member ZooKeeper serving, tuned and default JVM flags (Docker)
 //	go run ./bench faults    # nemesis decision to fault in force, per kind (Docker)
 //	go run ./bench detect    # time to the first anomaly under pause, two schedules (Docker, long)
+//	go run ./bench phases RESULTS [OTHER] # where a validate run's time went; answers compared (no Docker)
 //
 // Speed targets live here, measured, and never in timed unit tests.
 package main
@@ -41,6 +42,7 @@ var subcommands = []subcommand{
 	{name: "bringup", help: "3-node etcd cluster healthy from container create; no-op image build (Docker)", run: runBringup},
 	{name: "bringup-zk", help: "3-member ZooKeeper serving from container create, tuned and default JVM flags (Docker)", run: runBringupZK},
 	{name: "faults", help: "time from the nemesis decision to the fault in force, per fault kind (Docker)", run: runFaults},
+	{name: "phases", help: "where a validate run's time went, phase by phase; its answers against another run's (no Docker)", run: runPhases},
 	{name: "detect", help: "time to the first anomaly under pause over many seeds, two schedules (Docker, long)", run: runDetect},
 	{name: checkerChildCmd, run: runCheckerChild, hidden: true},
 	{name: checkerGenCmd, run: runCheckerGen, hidden: true},
