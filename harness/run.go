@@ -332,13 +332,26 @@ func (r *run) execute(ctx context.Context) error {
 			return fmt.Errorf("runtime: %w", err)
 		}
 		r.rt = rtm
-		storeNode, storeAddr, err := storeKind.Deploy(hard, r.rt, imgs[storeKind.Role], r.opts.Store)
-		if err != nil {
+		// The store and the lock service come up side by side: neither
+		// needs the other (the clients, started next, need both).
+		var (
+			storeNode runtime.Node
+			storeAddr string
+			up        errgroup.Group
+		)
+		up.Go(protect(func() (err error) {
+			storeNode, storeAddr, err = storeKind.Deploy(hard, r.rt, imgs[storeKind.Role], r.opts.Store)
 			return err
-		}
-		cluster, err = backend.Target.Start(hard, r.rt, targets.Options{Images: imgs, TTL: r.cfg.LeaseTTL, Settings: r.opts.Backend, ExtraCaps: nodeCaps, Log: r.log})
-		if err != nil {
-			return fmt.Errorf("start %s: %w", r.cfg.Target, err)
+		}))
+		up.Go(protect(func() (err error) {
+			cluster, err = backend.Target.Start(hard, r.rt, targets.Options{Images: imgs, TTL: r.cfg.LeaseTTL, Settings: r.opts.Backend, ExtraCaps: nodeCaps, Log: r.log})
+			if err != nil {
+				return fmt.Errorf("start %s: %w", r.cfg.Target, err)
+			}
+			return nil
+		}))
+		if err := up.Wait(); err != nil {
+			return err
 		}
 		r.res.Versions = cluster.Versions(hard)
 		if storeKind.Versions != nil {
