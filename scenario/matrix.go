@@ -77,12 +77,20 @@ type Entry struct {
 	// the set's file.
 	ClientFiles    string   `yaml:"client_files,omitempty" json:"client_files,omitempty"`
 	ClientPackages []string `yaml:"client_packages,omitempty" json:"client_packages,omitempty"`
+	// ClientFencing says the adapter of a client command line gives
+	// fencing tokens (its hello's offers.token): the scenarios that need
+	// tokens then apply to it; without, those for a token-less client.
+	ClientFencing bool `yaml:"client_fencing,omitempty" json:"client_fencing,omitempty"`
 	// RecipeOptions, when set (even empty), are the configuration under
 	// test: the runs' --recipe-opt settings are exactly these, in place of
 	// those the scenario chose for the backend (validate runs a backend as
 	// the team configured it, not in the configuration a scenario
 	// prefers).
 	RecipeOptions map[string]string `yaml:"recipe_options,omitempty" json:"recipe_options,omitempty"`
+	// Store and StoreOptions, when Store is set, are the counter store
+	// under test (--store, --store-opt), in place of the scenario's.
+	Store        string            `yaml:"store,omitempty" json:"store,omitempty"`
+	StoreOptions map[string]string `yaml:"store_options,omitempty" json:"store_options,omitempty"`
 }
 
 // clients are the clients an entry runs with ("" is the target's own).
@@ -102,14 +110,17 @@ func (e Entry) config(sc Scenario, b targets.Backend, client string, base harnes
 	if _, lerr := targets.LookupRecipe(client); client == "" || lerr == nil {
 		c, err = sc.ConfigWith(b, client, base)
 	} else {
-		c, err = sc.ConfigFor(b, base)
-		c.Client, c.ClientFiles, c.ClientPackages = client, e.ClientFiles, e.ClientPackages
+		c, err = sc.configWithRecipe(b, adapterRecipe(b.Name, e.ClientFencing), client, base)
+		c.ClientFiles, c.ClientPackages = e.ClientFiles, e.ClientPackages
 	}
 	if err != nil {
 		return c, err
 	}
 	if e.RecipeOptions != nil {
 		c.RecipeOptions = maps.Clone(e.RecipeOptions)
+	}
+	if e.Store != "" {
+		c.Store, c.StoreOptions = e.Store, maps.Clone(e.StoreOptions)
 	}
 	c.Scenario = sc.Name
 	return c, nil
@@ -634,10 +645,13 @@ type Runner struct {
 	// has its own nodes, network and address range, and one run's failure
 	// does not stop the others. Zero or one: one run at a time.
 	Parallel int
-	// Keep, when set, chooses the cells to run (a shard's: Split.Keep);
-	// Shard is then stamped on the matrix.
-	Keep  func(CellKey) bool
+	// Keep, when set, chooses the cells of each set to run (a shard's:
+	// Split.Keep); Shard is then stamped on the matrix.
+	Keep  func(set string, k CellKey) bool
 	Shard *ShardStamp
+	// OnRow, when set, is called after each run with its set, its row,
+	// the runs finished so far and the runs in all (one call at a time).
+	OnRow func(set *Set, row Row, done, total int)
 }
 
 // job is one run of a matrix, in the set's order.
@@ -687,18 +701,33 @@ func (rn *Runner) jobs(set *Set) []job {
 // serial one. It starts no new run once ctx is done; the runs under way
 // then end as an interrupted run does (heal, check, clean).
 func (rn *Runner) Run(ctx context.Context, set *Set) *Matrix {
-	m := &Matrix{Set: set, Started: time.Now().UTC(), Repeat: rn.Repeat, Shard: rn.Shard}
-	jobs := rn.jobs(set)
-	if rn.Keep != nil {
-		jobs = slices.DeleteFunc(jobs, func(j job) bool { return !rn.Keep(j.key()) })
+	return rn.RunSets(ctx, []*Set{set})[0]
+}
+
+// RunSets runs several sets as one pool of runs, Parallel at a time across
+// all of them (validate: a set per candidate), and returns a matrix per
+// set, as Run would. OnRow, when set, hears of each finished run.
+func (rn *Runner) RunSets(ctx context.Context, sets []*Set) []*Matrix {
+	type setJob struct {
+		job
+		set int
+	}
+	var jobs []setJob
+	ms := make([]*Matrix, len(sets))
+	for i, set := range sets {
+		ms[i] = &Matrix{Set: set, Started: time.Now().UTC(), Repeat: rn.Repeat, Shard: rn.Shard, Parallel: max(1, rn.Parallel)}
+		for _, j := range rn.jobs(set) {
+			if rn.Keep == nil || rn.Keep(set.Name, j.key()) {
+				jobs = append(jobs, setJob{j, i})
+			}
+		}
 	}
 	rows := make([]*Row, len(jobs))
 	workers := max(1, min(rn.Parallel, len(jobs)))
-	m.Parallel = max(1, rn.Parallel)
 	var (
-		mu   sync.Mutex // guards next and the progress writer
-		next int
-		wg   sync.WaitGroup
+		mu         sync.Mutex // guards next, done and the progress writer
+		next, done int
+		wg         sync.WaitGroup
 	)
 	for range workers {
 		wg.Add(1)
@@ -713,29 +742,35 @@ func (rn *Runner) Run(ctx context.Context, set *Set) *Matrix {
 					return
 				}
 				j := jobs[i]
-				row := rn.one(ctx, set, j.sc, j.e, j.target, j.client, j.seed, j.expect)
+				row := rn.one(ctx, sets[j.set], j.sc, j.e, j.target, j.client, j.seed, j.expect)
 				row.Rep = j.rep
 				rows[i] = &row
+				mu.Lock()
+				done++
 				if rn.Progress != nil {
 					status := "ok"
 					if !row.Pass() {
 						status = "MISMATCH: " + strings.Join(append(row.Mismatches, row.Error), "; ")
 					}
-					mu.Lock()
 					fmt.Fprintf(rn.Progress, "matrix: %-22s %-6s seed %-4d run %d/%d valid=%-8s %s\n", j.sc.Name, row.Where(), row.Seed, j.rep, j.n, row.Verdict, strings.TrimSuffix(status, "; "))
-					mu.Unlock()
 				}
+				if rn.OnRow != nil {
+					rn.OnRow(sets[j.set], row, done, len(jobs))
+				}
+				mu.Unlock()
 			}
 		}()
 	}
 	wg.Wait()
 	for i, r := range rows {
 		if r != nil {
-			m.add(*r, jobs[i].e.need(jobs[i].n))
+			ms[jobs[i].set].add(*r, jobs[i].e.need(jobs[i].n))
 		}
 	}
-	m.Duration = time.Since(m.Started)
-	return m
+	for _, m := range ms {
+		m.Duration = time.Since(m.Started)
+	}
+	return ms
 }
 
 func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, e Entry, target, client string, seed uint64, expect Expect) Row {

@@ -402,6 +402,13 @@ func (s Scenario) ConfigWith(b targets.Backend, client string, base harness.Conf
 	if !r.Serves(b.Name) {
 		return base, fmt.Errorf("client %s does not serve target %s", client, b.Name)
 	}
+	return s.configWithRecipe(b, r, client, base)
+}
+
+// configWithRecipe is ConfigWith for a client that offers what r says,
+// chosen by --client client (a registered kind, or an adapter's command
+// line).
+func (s Scenario) configWithRecipe(b targets.Backend, r targets.Recipe, client string, base harness.Config) (harness.Config, error) {
 	if !s.AppliesWith(b, r) {
 		return base, fmt.Errorf("scenario %s does not apply to target %s with client %s: it needs %s", s.Name, b.Name, client, s.needs())
 	}
@@ -410,6 +417,13 @@ func (s Scenario) ConfigWith(b targets.Backend, client string, base harness.Conf
 	c.Faults = base.Faults.Clone()
 	s.Apply(&c, b)
 	return c, nil
+}
+
+// adapterRecipe is what a user's adapter serving backend offers, as far as
+// choosing its scenarios goes: an owner-checked release, and fencing
+// tokens when its set or candidate says so.
+func adapterRecipe(backend string, fencing bool) targets.Recipe {
+	return targets.Recipe{Kind: targets.ExternalKind, Backends: []string{backend}, Fencing: fencing, CheckedRelease: true}
 }
 
 // Targets lists the registered backends s applies to, by name.

@@ -378,12 +378,13 @@ func PlanShards(plan, shard string, sets []*Set, repeat int, costFiles []string)
 	return &ShardPlan{Shard: sh, Split: SplitSets(sets, repeat, sh.N, costs), Plan: plan, Sets: sets, Commit: Commit()}, nil
 }
 
-// Apply makes rn run only this shard's cells of set and stamp its matrix.
-func (p *ShardPlan) Apply(rn *Runner, set *Set) {
+// Apply makes rn run only this shard's cells of its sets and stamp its
+// matrices.
+func (p *ShardPlan) Apply(rn *Runner) {
 	if p == nil {
 		return
 	}
-	rn.Keep = func(k CellKey) bool { return p.Split.Keep(p.Shard.I, set.Name, k) }
+	rn.Keep = func(set string, k CellKey) bool { return p.Split.Keep(p.Shard.I, set, k) }
 	rn.Shard = p.Split.Stamp(p.Shard.I, p.Plan, p.Sets, p.Commit, rn.ResultsDir)
 }
 

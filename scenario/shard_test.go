@@ -188,10 +188,10 @@ func fakeShards(t *testing.T, plan string, sets []*Set, sp *Split, i int, commit
 	dir := t.TempDir()
 	for _, set := range sets {
 		rn := &Runner{ResultsDir: dir}
-		(&ShardPlan{Shard: Shard{i, sp.N}, Split: sp, Plan: plan, Sets: sets, Commit: commit}).Apply(rn, set)
+		(&ShardPlan{Shard: Shard{i, sp.N}, Split: sp, Plan: plan, Sets: sets, Commit: commit}).Apply(rn)
 		m := &Matrix{Set: set, Started: time.Now().UTC(), Shard: rn.Shard, Duration: time.Minute}
 		for _, j := range rn.jobs(set) {
-			if !rn.Keep(j.key()) {
+			if !rn.Keep(set.Name, j.key()) {
 				continue
 			}
 			run := filepath.Join(dir, j.target+"-x", time.Now().Format("150405.000000000"))
@@ -422,7 +422,7 @@ scenarios:
 		plan.Shard.I = i
 		res := filepath.Join(dir, "shard", string(rune('0'+i)))
 		rn := &Runner{Deps: w.Deps(t), ResultsDir: res}
-		plan.Apply(rn, set)
+		plan.Apply(rn)
 		m := rn.Run(context.Background(), set)
 		if len(m.Rows) == 0 || len(m.Rows) == len(whole.Rows) {
 			t.Errorf("shard %d ran %d of %d runs", i, len(m.Rows), len(whole.Rows))

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/splitbrain/splitbrain/checkers"
-	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
@@ -52,42 +51,7 @@ func ValidationSet(target string, timeLimit time.Duration) *Set {
 // one a scenario prefers. Options the target and client do not take are
 // refused (an InputError naming the known ones).
 func ValidationSetWith(target, client string, opts map[string]string, timeLimit time.Duration) (*Set, error) {
-	b, err := targets.Lookup(target)
-	if err != nil {
-		return nil, harness.BadInput("%v", err)
-	}
-	r, err := b.RunRecipe()
-	if client != "" {
-		r, err = targets.LookupRecipe(client)
-	}
-	if err != nil {
-		return nil, harness.BadInput("%v", err)
-	}
-	if !r.Serves(b.Name) {
-		return nil, harness.BadInput("client %s does not serve target %s (it serves %s)", r.Kind, target, strings.Join(r.Backends, ", "))
-	}
-	if err := b.CheckOptionsWith(r, opts); err != nil {
-		return nil, harness.BadInput("--recipe-opt: %v", err)
-	}
-	name := "validate-" + target
-	if client != "" && client != b.Recipe {
-		name += "-" + client
-	}
-	if opts == nil {
-		opts = map[string]string{}
-	}
-	s := &Set{Name: name, TimeLimit: timeLimit, Seeds: []uint64{1}, Repetitions: 1, EarlyEnd: true}
-	for _, n := range validationScenarios {
-		sc, _ := Lookup(n)
-		if validates(sc, b, r) {
-			e := Entry{Scenario: n, Targets: []string{target}, RecipeOptions: maps.Clone(opts)}
-			if client != "" && client != b.Recipe {
-				e.Clients = []string{client}
-			}
-			s.Entries = append(s.Entries, e)
-		}
-	}
-	return s, nil
+	return Candidate{Target: target, Client: client, RecipeOptions: opts}.Set(timeLimit)
 }
 
 // validates reports whether validate runs scenario sc (one of
@@ -667,10 +631,19 @@ type Column struct {
 	Library, Version string
 	Items            []Item
 	Rows             []Row
+	// Name is the candidate's name (validate --candidates) and Candidate
+	// the candidate; Name empty: the column is named by its target and
+	// client.
+	Name      string
+	Candidate Candidate
 }
 
-// Title names the column ("redis / redis-py 4.3.4").
+// Title names the column: its candidate's name, else its target and
+// client ("redis / redis-py 4.3.4").
 func (c Column) Title() string {
+	if c.Name != "" {
+		return c.Name
+	}
 	if c.Client == "" {
 		return c.Target
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitbrain/splitbrain/checkers"
-	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/report"
 	"github.com/splitbrain/splitbrain/scenario"
 	"github.com/splitbrain/splitbrain/targets"
@@ -175,6 +174,21 @@ func (m *matrixFlags) bindRepeat(cmd *cobra.Command) {
 
 // runMatrix runs set through the harness on Docker and writes its outputs.
 func runMatrix(cmd *cobra.Command, g *globalFlags, set *scenario.Set, mf *matrixFlags) (*scenario.Matrix, error) {
+	ms, err := runSets(cmd, g, []*scenario.Set{set}, mf, nil)
+	if err != nil {
+		return nil, err
+	}
+	m := ms[0]
+	if err := m.WriteTable(cmd.OutOrStdout()); err != nil {
+		return m, err
+	}
+	return m, writeMatrix(cmd.OutOrStdout(), m, mf)
+}
+
+// runSets runs sets through the harness on Docker as one pool of runs,
+// mf.parallel at a time (each run's line on stderr; onRow, when set,
+// hears of each finished run), and returns a matrix per set.
+func runSets(cmd *cobra.Command, g *globalFlags, sets []*scenario.Set, mf *matrixFlags, onRow func(*scenario.Set, scenario.Row, int, int)) ([]*scenario.Matrix, error) {
 	log, err := g.logger(cmd.ErrOrStderr())
 	if err != nil {
 		return nil, err
@@ -189,36 +203,39 @@ func runMatrix(cmd *cobra.Command, g *globalFlags, set *scenario.Set, mf *matrix
 	deps.Hard = hard
 	deps.Report = report.Write
 	deps.Images = onceImages(deps.Images)
-	rn := &scenario.Runner{Deps: deps, ResultsDir: mf.results, Progress: cmd.ErrOrStderr(), Repeat: mf.repeat, Parallel: mf.parallel}
-	mf.plan.Apply(rn, set)
-	m := rn.Run(soft, set)
-	if err := m.WriteTable(cmd.OutOrStdout()); err != nil {
-		return m, err
-	}
-	dir := filepath.Join(mf.results, "matrix", fmt.Sprintf("%s-%s", set.Name, m.Started.Format("20060102T150405Z")))
+	rn := &scenario.Runner{Deps: deps, ResultsDir: mf.results, Progress: cmd.ErrOrStderr(), Repeat: mf.repeat, Parallel: mf.parallel, OnRow: onRow}
+	mf.plan.Apply(rn)
+	return rn.RunSets(soft, sets), nil
+}
+
+// writeMatrix writes a finished matrix's matrix.json (under
+// RESULTS/matrix/SET-TIME/), and its JUnit XML and rates when asked, saying
+// where on w.
+func writeMatrix(w io.Writer, m *scenario.Matrix, mf *matrixFlags) error {
+	dir := filepath.Join(mf.results, "matrix", fmt.Sprintf("%s-%s", m.Set.Name, m.Started.Format("20060102T150405Z")))
 	if err := m.WriteJSON(filepath.Join(dir, "matrix.json")); err != nil {
-		return m, err
+		return err
 	}
-	fmt.Fprintf(cmd.OutOrStdout(), "matrix: %s\n", filepath.Join(dir, "matrix.json"))
+	fmt.Fprintf(w, "matrix: %s\n", filepath.Join(dir, "matrix.json"))
 	if mf.junit != "" {
 		if err := m.WriteJUnit(mf.junit); err != nil {
-			return m, err
+			return err
 		}
 	}
 	if mf.rates != "" {
 		var b strings.Builder
 		if err := m.WriteRates(&b); err != nil {
-			return m, err
+			return err
 		}
 		if err := os.MkdirAll(filepath.Dir(mf.rates), 0o755); err != nil {
-			return m, fmt.Errorf("write rates: %w", err)
+			return fmt.Errorf("write rates: %w", err)
 		}
 		if err := os.WriteFile(mf.rates, []byte(b.String()), 0o644); err != nil {
-			return m, fmt.Errorf("write rates: %w", err)
+			return fmt.Errorf("write rates: %w", err)
 		}
-		fmt.Fprintf(cmd.OutOrStdout(), "rates: %s\n", mf.rates)
+		fmt.Fprintf(w, "rates: %s\n", mf.rates)
 	}
-	return m, nil
+	return nil
 }
 
 // onceImages makes the images of a matrix once: each role's image is
@@ -323,231 +340,6 @@ func newMatrixCmd(g *globalFlags) *cobra.Command {
 	mf.bind(cmd)
 	mf.bindRepeat(cmd)
 	return cmd
-}
-
-func newValidateCmd(g *globalFlags) *cobra.Command {
-	var (
-		tgts      []string
-		clients   []string
-		timeLimit time.Duration
-		page      string
-		opts      []string
-		mf        matrixFlags
-	)
-	cmd := &cobra.Command{
-		Use:   "validate",
-		Short: "Run the catalogue against backends and clients and answer the lock-safety checklist from the runs",
-		Long: "validate runs the scenarios that back the lock-safety checklist against a backend (with its own client,\n" +
-			"or each --client that serves it) in the configuration under test (its defaults, or --recipe-opt) and\n" +
-			"prints the checklist: per item the property it judges, the fault that would break it, the answer and\n" +
-			"the runs behind it. An item none of whose runs put its fault on the system answers NOT TESTED, never\n" +
-			"PASS. It also writes the checklist page (checklist rows x backend/client columns, each cell linked to\n" +
-			"its runs) and, with --junit, the checklist as JUnit XML. docs/validate.md says what each item judges.",
-		Example: "  splitbrain validate --target etcd\n  splitbrain validate --target redis --client redis-py\n" +
-			"  splitbrain validate --target redis,etcd --client redis,redsync,etcd,etcd-v3.7\n" +
-			"  splitbrain validate --target redis --recipe-opt persistence=aof-always",
-		Args: exactArgs(0),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := mf.check(); err != nil {
-				return err
-			}
-			started := time.Now()
-			type job struct {
-				b      targets.Backend
-				client string
-				set    *scenario.Set
-			}
-			ro, err := parseKV(opts)
-			if err != nil {
-				return &usageError{err}
-			}
-			if _, err := g.logger(cmd.ErrOrStderr()); err != nil {
-				return err
-			}
-			var jobs []job
-			for _, t := range tgts {
-				b, err := targets.Lookup(t)
-				if err != nil {
-					return &harness.InputError{Err: err}
-				}
-				cls := []string{""}
-				if len(clients) > 0 {
-					cls = nil
-					for _, c := range clients {
-						if r, err := targets.LookupRecipe(c); err != nil {
-							return &harness.InputError{Err: err}
-						} else if r.Serves(t) {
-							cls = append(cls, c)
-						}
-					}
-				}
-				for _, c := range cls {
-					set, err := scenario.ValidationSetWith(t, c, ro, timeLimit)
-					if err != nil {
-						return err
-					}
-					// Every run's options, checked before any image work.
-					if err := set.Check(nil); err != nil {
-						return err
-					}
-					jobs = append(jobs, job{b: b, client: c, set: set})
-				}
-			}
-			if len(jobs) == 0 {
-				var serve []string
-				for _, t := range tgts {
-					b, _ := targets.Lookup(t)
-					serve = append(serve, t+": "+strings.Join(harness.ClientNames(b), ", "))
-				}
-				return &harness.InputError{Err: fmt.Errorf("no --client %s serves --target %s (clients of each target: %s)", strings.Join(clients, ","), strings.Join(tgts, ","), strings.Join(serve, "; "))}
-			}
-			if err := checkOutputs(mf.results, map[string]string{"--junit": mf.junit, "--page": page}); err != nil {
-				return err
-			}
-			var sets []*scenario.Set
-			for _, j := range jobs {
-				sets = append(sets, j.set)
-			}
-			if mf.plan, err = scenario.PlanShards("validate "+candidates(tgts, clients, ro), mf.shard, sets, 0, mf.shardCosts); err != nil {
-				return err
-			}
-			mf.plan.Write(cmd.OutOrStdout())
-			var cols []scenario.Column
-			failed, runs := false, 0
-			var mismatch error
-			junit := mf.junit
-			mf.junit = "" // the checklist's, not each matrix's
-			for _, j := range jobs {
-				m, err := runMatrix(cmd, g, j.set, &mf)
-				if err != nil {
-					return err
-				}
-				runs += len(m.Rows)
-				items := scenario.Checklist(j.b, m)
-				col := scenario.Column{Target: j.b.Name, Client: j.client, Items: items, Rows: m.Rows}
-				name := j.b.Name
-				if j.client != "" {
-					name += " with client " + j.client
-				}
-				name += " in configuration " + configuration(j.b, ro)
-				for _, r := range m.Rows {
-					if r.Library != "" {
-						col.Library, col.Version = r.Library, r.Version
-					}
-				}
-				if col.Library != "" {
-					name += " (" + col.Library + " " + col.Version + ")"
-				}
-				fmt.Fprintln(cmd.OutOrStdout())
-				scenario.WriteChecklist(cmd.OutOrStdout(), name, items)
-				if r, err := recipeOf(j.b, j.client); err == nil && !r.Fencing {
-					fmt.Fprintf(cmd.OutOrStdout(), "  (client %s gives no fencing token: the fenced scenarios cannot run; fence at the store with a version check)\n", r.Kind)
-				}
-				cols = append(cols, col)
-				if err := mismatchError(m); err != nil && mismatch == nil {
-					mismatch = err
-				}
-				for _, it := range items {
-					failed = failed || it.Answer == scenario.Fail
-				}
-			}
-			if page == "" {
-				page = filepath.Join(mf.results, "validate", "checklist-"+time.Now().UTC().Format("20060102T150405Z")+".html")
-			}
-			if err := writeComparison(page, cols); err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "\nchecklist page: %s\n", page)
-			if junit != "" {
-				if err := scenario.WriteChecklistJUnit(junit, cols); err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "junit: %s\n", junit)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "\nvalidate: %d runs in %v wall time, %d at a time\n", runs, time.Since(started).Round(time.Second), mf.parallel)
-			if failed {
-				return &exitError{code: exitInvalid, err: errors.New("validate: part of the checklist fails (see above)")}
-			}
-			if mismatch != nil {
-				return mismatch
-			}
-			return nil
-		},
-	}
-	cmd.Flags().StringSliceVar(&tgts, "target", []string{validateDefault()}, "backends: "+strings.Join(targets.Names(), ", ")+"; the default is the first with 3 or more nodes and a leader, as the checklist asks")
-	cmd.Flags().StringSliceVar(&clients, "client", nil, "lock clients to validate on each target they serve (default: each target's own)"+clientsHelp())
-	cmd.Flags().DurationVar(&timeLimit, "time-limit", 20*time.Second, "each run's test phase")
-	cmd.Flags().StringVar(&page, "page", "", "write the checklist page here (default: RESULTS/validate/checklist-TIME.html)")
-	cmd.Flags().StringArrayVar(&opts, "recipe-opt", nil, "the configuration under test, key=value (repeatable; unknown ones refused); each target's:"+recipeOptionsHelp())
-	mf.bind(cmd)
-	return cmd
-}
-
-// candidates names what validate compares: its targets, clients and
-// configuration.
-func candidates(tgts, clients []string, opts map[string]string) string {
-	s := strings.Join(tgts, ",")
-	if len(clients) > 0 {
-		s += " with " + strings.Join(clients, ",")
-	}
-	for _, k := range slices.Sorted(maps.Keys(opts)) {
-		s += " " + k + "=" + opts[k]
-	}
-	return s
-}
-
-// configuration says the configuration under test: the options given,
-// and each of the backend's own options left at its default.
-func configuration(b targets.Backend, opts map[string]string) string {
-	var parts []string
-	for _, k := range slices.Sorted(maps.Keys(opts)) {
-		parts = append(parts, k+"="+opts[k])
-	}
-	for _, o := range b.Options {
-		if _, ok := opts[o.Name]; !ok && o.DefaultValue() != "" {
-			parts = append(parts, o.Name+"="+o.DefaultValue()+" (default)")
-		}
-	}
-	if len(parts) == 0 {
-		return "default"
-	}
-	return strings.Join(parts, ", ")
-}
-
-// recipeOf is the recipe a validation of b with client runs.
-func recipeOf(b targets.Backend, client string) (targets.Recipe, error) {
-	if client == "" {
-		return b.RunRecipe()
-	}
-	return targets.LookupRecipe(client)
-}
-
-// writeComparison writes the comparison page to path.
-func writeComparison(path string, cols []scenario.Column) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("comparison page: %w", err)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("comparison page: %w", err)
-	}
-	if err := scenario.WriteComparison(f, filepath.Dir(path), cols); err != nil {
-		f.Close()
-		return fmt.Errorf("comparison page: %w", err)
-	}
-	return f.Close()
-}
-
-// validateDefault is the backend validate checks when none is named: the
-// first registered one with several lock nodes and a leader (the
-// checklist's consensus-backed service), else the run's default.
-func validateDefault() string {
-	for _, b := range targets.Backends() {
-		if b.Size >= 3 && b.Leads {
-			return b.Name
-		}
-	}
-	return targets.Default()
 }
 
 func yesNo(b bool) string {

@@ -65,7 +65,7 @@ func TestMergeCommand(t *testing.T) {
 		plan.Shard.I = i
 		res := filepath.Join(dir, commit, "shard", string(rune('0'+i)))
 		rn := &scenario.Runner{ResultsDir: res}
-		plan.Apply(rn, set)
+		plan.Apply(rn)
 		m := &scenario.Matrix{Set: set, Started: time.Now().UTC(), Shard: rn.Shard}
 		for _, c := range plan.Split.Of(i) {
 			m.Rows = append(m.Rows, scenario.Row{Scenario: c.Key.Scenario, Target: c.Key.Target, Seed: c.Key.Seed, Verdict: checkers.Valid})

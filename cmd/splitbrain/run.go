@@ -183,12 +183,16 @@ func interrupts(parent context.Context, log *slog.Logger) (soft, hard context.Co
 	return soft, hard, func() { signal.Stop(sigs); cancelSoft(); cancelHard() }
 }
 
+// dockerConnect connects to the Docker engine (a test replaces it to
+// prove a command does no Docker work).
+var dockerConnect = docker.Connect
+
 // dockerDeps wires the harness to the Docker engine.
 func (g *globalFlags) dockerDeps(ctx context.Context, log *slog.Logger, progress io.Writer) (harness.Deps, func(), error) {
 	if err := docker.CheckControl(g.control); err != nil {
 		return harness.Deps{}, nil, &usageError{fmt.Errorf("--control: %w", err)}
 	}
-	cli, err := docker.Connect(ctx)
+	cli, err := dockerConnect(ctx)
 	if err != nil {
 		return harness.Deps{}, nil, err
 	}
