@@ -129,7 +129,7 @@ func TestRefusedBeforeDocker(t *testing.T) {
 		{"unknown set", []string{"matrix", "--set", "weekly"}, "results", `unknown matrix set "weekly" (shipped: `},
 		{"missing set file", []string{"matrix", "--set", "./nope.yaml"}, "results", "read matrix set"},
 		{"unknown key in an entry", []string{"matrix", "--set", typo}, "results", `unknown key "target" at line 5 (known: name, targets, valid`},
-		{"unknown key in a set", []string{"matrix", "--set", top}, "results", `unknown key "seed" at line 3 (known: name, time_limit, seeds, repetitions, scenarios)`},
+		{"unknown key in a set", []string{"matrix", "--set", top}, "results", `unknown key "seed" at line 3 (known: name, time_limit, seeds, repetitions, scenarios, early_end)`},
 		{"bad option in a set", []string{"matrix", "--set", badOpt}, "results", "want one of none, aof-always, aof-everysec"},
 		{"unknown scenario in a set", []string{"matrix", "--set", unknownScenario}, "results", "no-such-scenario"},
 		{"validate unknown recipe option", []string{"validate", "--target", "redis", "--recipe-opt", "nosuch=1"}, "results", "unknown option nosuch for target redis (known: persistence, expiry, release)"},

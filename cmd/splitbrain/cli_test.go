@@ -266,7 +266,7 @@ func TestValidateRefusesBeforeImages(t *testing.T) {
 		{"negative time limit", []string{"validate", "--target", "lockd", "--time-limit", "-1s"}, "--time-limit must be positive"},
 		{"zero time limit", []string{"validate", "--target", "redis", "--time-limit", "0s"}, "--time-limit must be positive"},
 		{"unknown key in an entry", []string{"matrix", "--set", typo}, `unknown key "target" at line 5 (known: name, targets, valid`},
-		{"unknown key in a set", []string{"matrix", "--set", top}, `unknown key "seed" at line 3 (known: name, time_limit, seeds, repetitions, scenarios)`},
+		{"unknown key in a set", []string{"matrix", "--set", top}, `unknown key "seed" at line 3 (known: name, time_limit, seeds, repetitions, scenarios, early_end)`},
 		{"bad option in a set", []string{"matrix", "--set", short}, "want one of none, aof-always, aof-everysec"},
 	}
 	for _, tt := range tests {
