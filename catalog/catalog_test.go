@@ -2,6 +2,7 @@ package catalog
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/splitbrain/splitbrain/runtime/images"
@@ -39,6 +40,43 @@ func TestDeclarationsHoldTogether(t *testing.T) {
 			if _, err := targets.Lookup(name); err != nil {
 				t.Errorf("recipe %s serves %s: %v", r.Kind, name, err)
 			}
+		}
+	}
+}
+
+// TestDurabilityDeclarations: a backend with a durability switch says both
+// its durable and its unsynced configuration, each different from the
+// other; a backend durable by default is durable in its defaults; and a
+// backend without a switch refuses every other backend's (one line, before
+// Docker: the run's options are checked when it is planned).
+func TestDurabilityDeclarations(t *testing.T) {
+	switches := map[string]bool{}
+	for _, b := range targets.Backends() {
+		for k := range b.UnsyncedWith {
+			switches[k] = true
+		}
+	}
+	for _, b := range targets.Backends() {
+		switch {
+		case len(b.UnsyncedWith) > 0 && len(b.DurableWith) == 0:
+			t.Errorf("%s: an unsynced configuration but no durable one", b.Name)
+		case len(b.UnsyncedWith) > 0 && b.Runs(b.UnsyncedWith, b.DurableWith):
+			t.Errorf("%s: its unsynced configuration %v is its durable one %v", b.Name, b.UnsyncedWith, b.DurableWith)
+		case b.Durable && len(b.DurableWith) > 0 && !b.Runs(nil, b.DurableWith):
+			t.Errorf("%s: durable by default, but its defaults are not %v", b.Name, b.DurableWith)
+		}
+		for k := range switches {
+			if _, mine := b.UnsyncedWith[k]; mine {
+				continue
+			}
+			if err := b.CheckOptions(map[string]string{k: "off"}); err == nil || strings.Contains(err.Error(), "\n") {
+				t.Errorf("%s accepts %s=off, or refuses it on more than one line: %v", b.Name, k, err)
+			}
+		}
+	}
+	for _, name := range []string{"redis", "postgres", "etcd", "zookeeper", "lockd", "mariadb"} {
+		if b, err := targets.Lookup(name); err != nil || len(b.UnsyncedWith) == 0 {
+			t.Errorf("%s declares no durability switch (%v)", name, err)
 		}
 	}
 }

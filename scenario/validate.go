@@ -473,10 +473,8 @@ func durableHint(b targets.Backend, rows []Row) string {
 		return ""
 	}
 	for _, r := range rows {
-		for k, v := range b.DurableWith {
-			if r.Options[k] != v {
-				return fmt.Sprintf("; it keeps its tokens across restarts with --recipe-opt %s", kvs(b.DurableWith))
-			}
+		if !b.Runs(r.Options, b.DurableWith) {
+			return fmt.Sprintf("; it keeps its tokens across restarts with --recipe-opt %s", kvs(b.DurableWith))
 		}
 	}
 	return ""

@@ -21,6 +21,9 @@ import (
 var (
 	leaderShape = targets.Backend{Name: "etcd", Size: 3, Leads: true, Durable: true}
 	singleShape = targets.Backend{Name: "redis", Size: 1, DurableWith: map[string]string{"persistence": "aof-always"}}
+	// A single node durable by default, its durable settings its defaults.
+	fsyncShape = targets.Backend{Name: "postgres", Size: 1, Durable: true, DurableWith: map[string]string{"fsync": "on"},
+		UnsyncedWith: map[string]string{"fsync": "off"}, Options: []targets.Option{{Name: "fsync", Values: []string{"on", "off"}}}}
 )
 
 // run is a synthetic finished run of scenario sc: valid, 100 critical
@@ -89,6 +92,17 @@ func TestChecklistItems(t *testing.T) {
 				r.Options = map[string]string{}
 			}),
 		}, Fail, "--recipe-opt persistence=aof-always"},
+		{"token: a durable default spelt out, run at its default, names no fix", qToken, fsyncShape, []Row{
+			run("token-across-restarts", func(r *Row) {
+				r.NodeKills, r.NonMonotonic, r.Lock, r.Verdict = 3, 2, checkers.Invalid, checkers.Invalid
+			}),
+		}, Fail, "2 grants out of token order, 1 runs whose lock broke its fence order, 0 stale writes refused by the store"},
+		{"token: run unsynced, names the durable settings", qToken, fsyncShape, []Row{
+			run("token-across-restarts", func(r *Row) {
+				r.NodeKills, r.NonMonotonic, r.Lock, r.Verdict = 3, 2, checkers.Invalid, checkers.Invalid
+				r.Options = map[string]string{"fsync": "off"}
+			}),
+		}, Fail, "; it keeps its tokens across restarts with --recipe-opt fsync=on"},
 		{"token: killed, but no stale write reached the store", qToken, singleShape, []Row{
 			run("token-across-restarts", func(r *Row) { r.NodeKills = 3 }),
 		}, NotTested, "its check was not exercised"},
@@ -448,6 +462,28 @@ func TestValidationSetNoToken(t *testing.T) {
 		}
 		if got := strings.Join(names, ","); got != tt.want {
 			t.Errorf("%s/%s runs %s, want %s", tt.target, tt.client, got, tt.want)
+		}
+	}
+}
+
+// TestDurableHint: a failed token item names the durable settings only
+// when a run had others; a default left unsaid is the durable one when the
+// backend says so.
+func TestDurableHint(t *testing.T) {
+	for _, tt := range []struct {
+		b    targets.Backend
+		opts map[string]string
+		want string
+	}{
+		{fsyncShape, nil, ""},
+		{fsyncShape, map[string]string{"fsync": "on"}, ""},
+		{fsyncShape, map[string]string{"fsync": "off"}, "; it keeps its tokens across restarts with --recipe-opt fsync=on"},
+		{singleShape, nil, "; it keeps its tokens across restarts with --recipe-opt persistence=aof-always"},
+		{singleShape, map[string]string{"persistence": "aof-always"}, ""},
+		{leaderShape, map[string]string{"x": "y"}, ""},
+	} {
+		if got := durableHint(tt.b, []Row{{Options: tt.opts}}); got != tt.want {
+			t.Errorf("%s %v: %q, want %q", tt.b.Name, tt.opts, got, tt.want)
 		}
 	}
 }

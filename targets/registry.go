@@ -37,14 +37,25 @@ type Backend struct {
 	Size  int
 	Leads bool
 	// Durable says that a killed and restarted node keeps its locks and
-	// tokens (its state is on disk); a backend that forgets them is not
-	// killed by the scenarios that test the correct pattern.
+	// tokens (its state is on disk) in its default configuration; a
+	// backend that forgets them is not killed by the scenarios that test
+	// the correct pattern.
 	Durable bool
-	// DurableWith, for a backend that is not Durable by default, are the
-	// --recipe-opt settings under which it is (Redis with its append-only
-	// file fsynced on every write); the scenarios that test the correct
+	// DurableWith are the --recipe-opt settings under which it makes what
+	// it acknowledges durable before it answers (fsync on every write:
+	// Redis with appendfsync always, PostgreSQL with fsync and
+	// synchronous_commit on), so that it keeps its tokens across a kill
+	// and across a power loss. For a Durable backend they spell out its
+	// defaults; for one that is not, the scenarios that test the correct
 	// pattern under kills run it so.
 	DurableWith map[string]string
+	// UnsyncedWith, for a backend with a durability switch, are the
+	// --recipe-opt settings of its known-bad configuration: it keeps its
+	// tokens across a kill (what it acknowledged reached the kernel) but
+	// acknowledges writes before they are on disk (fsync off or once a
+	// second), so a power loss may take back grants and tokens it gave.
+	// Scenarios about power loss run it as its own cell.
+	UnsyncedWith map[string]string
 	// KeepaliveWith, for a backend whose lock lives as long as the
 	// client's session, are the --recipe-opt settings under which the
 	// server notices a client gone silent within seconds (its TCP
@@ -262,6 +273,11 @@ func Register(b Backend) {
 	if b.Probe != nil && b.Probe.Run == nil {
 		fail("probe without Run")
 	}
+	for what, set := range map[string]map[string]string{"DurableWith": b.DurableWith, "UnsyncedWith": b.UnsyncedWith, "KeepaliveWith": b.KeepaliveWith} {
+		if _, err := option.Parse(b.Options, set, what, "target "+b.Name); err != nil {
+			fail("%v", err)
+		}
+	}
 	for _, r := range b.Roles {
 		if r.Clock.Shim && r.Clock.Now == nil {
 			fail("role %s runs under the clock shim but has no Clock.Now", r.Name)
@@ -386,6 +402,24 @@ func (b Backend) StateDirs() []string {
 		}
 	}
 	return out
+}
+
+// Runs reports whether a run given the --recipe-opt settings opts runs the
+// backend with every one of want (a setting opts does not give has its
+// declared default): whether it ran in its DurableWith configuration, say.
+func (b Backend) Runs(opts, want map[string]string) bool {
+	for k, v := range want {
+		got, ok := opts[k]
+		if !ok {
+			if i := slices.IndexFunc(b.Options, func(o Option) bool { return o.Name == k }); i >= 0 {
+				got = b.Options[i].DefaultValue()
+			}
+		}
+		if got != v {
+			return false
+		}
+	}
+	return true
 }
 
 // RunRecipe is the registered recipe the backend's runs use (b.Recipe).

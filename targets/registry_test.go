@@ -85,6 +85,36 @@ func TestRegisterAndLookup(t *testing.T) {
 	bad.Roles[0].Packages = []string{"cowsay"}
 	bad.Roles[0].Name = "rt-a-node"
 	mustPanic(t, "registered twice, differently", func() { Register(bad) })
+	// A durable or unsynced configuration names options the backend takes.
+	bad = decl("rt-bad")
+	bad.Options = []Option{{Name: "fsync", Values: []string{"on", "off"}}}
+	bad.UnsyncedWith = map[string]string{"fsnyc": "off"}
+	mustPanic(t, "unknown UnsyncedWith fsnyc for target rt-bad", func() { Register(bad) })
+	bad.UnsyncedWith, bad.DurableWith = nil, map[string]string{"fsync": "always"}
+	mustPanic(t, `DurableWith fsync="always" for target rt-bad: want one of on, off`, func() { Register(bad) })
+}
+
+// TestRuns: a run's settings hold a configuration when each of its
+// settings is given, or left at its declared default.
+func TestRuns(t *testing.T) {
+	b := Backend{Options: []Option{{Name: "fsync", Values: []string{"on", "off"}}, {Name: "level"}}}
+	durable := map[string]string{"fsync": "on"}
+	for _, tt := range []struct {
+		opts map[string]string
+		want bool
+	}{
+		{nil, true},
+		{map[string]string{"level": "3"}, true},
+		{map[string]string{"fsync": "on"}, true},
+		{map[string]string{"fsync": "off"}, false},
+	} {
+		if got := b.Runs(tt.opts, durable); got != tt.want {
+			t.Errorf("Runs(%v, %v) = %v", tt.opts, durable, got)
+		}
+	}
+	if b.Runs(nil, map[string]string{"level": "3"}) || !b.Runs(nil, nil) {
+		t.Error("a setting without a default held, or an empty configuration did not")
+	}
 }
 
 func TestCheckOptions(t *testing.T) {

@@ -42,7 +42,12 @@ func init() {
 		Size:    Target{}.Size(),
 		Leads:   true,
 		Durable: true,
-		Recipe:  Name,
+		// etcd's default; --unsafe-no-fsync survives a kill, not a power
+		// loss of a quorum (docs/durability.md).
+		DurableWith:  map[string]string{UnsafeNoFsync.Name(): "false"},
+		UnsyncedWith: map[string]string{UnsafeNoFsync.Name(): "true"},
+		Options:      option.Decls(UnsafeNoFsync),
+		Recipe:       Name,
 		Probe: &targets.Probe{
 			Endpoint: net.JoinHostPort("127.0.0.1", strconv.Itoa(ClientPort)),
 			Run:      func(ctx context.Context, endpoint string) (any, error) { return Probe(ctx, endpoint) },

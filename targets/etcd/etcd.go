@@ -19,6 +19,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
@@ -53,13 +54,23 @@ func (t Target) Size() int {
 	return t.Nodes
 }
 
-// Command is member name's command line in a cluster of peers (name → address).
-func Command(name string, addr string, peers map[string]string, token string) []string {
+// UnsafeNoFsync is the backend's durability switch, etcd's
+// --unsafe-no-fsync: the members write their WAL and database without
+// fsync. A killed member loses nothing (the kernel has its writes); a member
+// that loses power may lose entries it acknowledged to its leader, and a
+// quorum of them losing power at once may lose committed writes.
+var UnsafeNoFsync = option.Enum("unsafe-no-fsync",
+	"false: members fsync their WAL before acknowledging (etcd's default); true: --unsafe-no-fsync, never (a power loss of a quorum may lose committed writes)",
+	"false", "true")
+
+// Command is member name's command line in a cluster of peers (name →
+// address); noFsync adds --unsafe-no-fsync.
+func Command(name string, addr string, peers map[string]string, token string, noFsync bool) []string {
 	var initial []string
 	for _, n := range targets.SortedNames(peers) {
 		initial = append(initial, fmt.Sprintf("%s=http://%s", n, net.JoinHostPort(peers[n], strconv.Itoa(PeerPort))))
 	}
-	return []string{Binary,
+	cmd := []string{Binary,
 		"--name", name,
 		"--data-dir", DataDir,
 		"--listen-client-urls", fmt.Sprintf("http://0.0.0.0:%d", ClientPort),
@@ -73,6 +84,10 @@ func Command(name string, addr string, peers map[string]string, token string) []
 		"--election-timeout", "1000",
 		"--log-level", "warn",
 	}
+	if noFsync {
+		cmd = append(cmd, "--unsafe-no-fsync")
+	}
+	return cmd
 }
 
 // Start implements targets.Target: it starts the members together and
@@ -83,10 +98,11 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 		return nil, err
 	}
 	token := fmt.Sprintf("splitbrain-%d", time.Now().UnixNano())
+	noFsync := UnsafeNoFsync.Get(opts.Settings) == "true"
 	nodes, err := targets.StartMembers(ctx, rt, names, func(name string) runtime.NodeSpec {
 		return runtime.NodeSpec{
 			Name: name, Role: Role, Image: opts.Images[Role],
-			Cmd:  Command(name, peers[name], peers, token),
+			Cmd:  Command(name, peers[name], peers, token, noFsync),
 			Caps: append([]string{runtime.CapNetAdmin}, opts.ExtraCaps...),
 		}
 	})

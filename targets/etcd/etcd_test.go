@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/memrt"
 	"github.com/splitbrain/splitbrain/targets"
@@ -38,12 +39,18 @@ func TestClientEndpoints(t *testing.T) {
 
 func TestCommandNamesEveryPeer(t *testing.T) {
 	peers := map[string]string{"n1": "10.0.0.1", "n2": "10.0.0.2", "n10": "10.0.0.10"}
-	cmd := strings.Join(Command("n2", "10.0.0.2", peers, "tok"), " ")
+	cmd := strings.Join(Command("n2", "10.0.0.2", peers, "tok", false), " ")
 	for _, want := range []string{"--name n2", "--initial-cluster n1=http://10.0.0.1:2380,n2=http://10.0.0.2:2380,n10=http://10.0.0.10:2380",
 		"--advertise-client-urls http://10.0.0.2:2379", "--initial-cluster-token tok", "--data-dir " + DataDir} {
 		if !strings.Contains(cmd, want) {
 			t.Errorf("command lacks %q: %s", want, cmd)
 		}
+	}
+	if strings.Contains(cmd, "--unsafe-no-fsync") {
+		t.Errorf("default command turns fsync off: %s", cmd)
+	}
+	if cmd := Command("n2", "10.0.0.2", peers, "tok", true); cmd[len(cmd)-1] != "--unsafe-no-fsync" {
+		t.Errorf("unsafe-no-fsync=true: %q", cmd)
 	}
 }
 
@@ -62,13 +69,23 @@ func TestStartLeaderVersions(t *testing.T) {
 		}
 		return runtime.ExecResult{}, fmt.Errorf("unexpected %v", argv)
 	}
-	idle := func(ctx context.Context, _ *memrt.Proc) error { <-ctx.Done(); return nil }
+	var noFsync atomic.Int32
+	idle := func(ctx context.Context, p *memrt.Proc) error {
+		if slices.Contains(p.Args, "--unsafe-no-fsync") {
+			noFsync.Add(1)
+		}
+		<-ctx.Done()
+		return nil
+	}
 	rt := memrt.New(map[string]memrt.Program{Role: idle}, exec)
 	defer rt.Close(context.Background())
 	time.AfterFunc(300*time.Millisecond, func() { leader.Store(22) }) // elected a little later
-	c, err := Target{}.Start(context.Background(), rt, targets.Options{TTL: 2 * time.Second})
+	c, err := Target{}.Start(context.Background(), rt, targets.Options{TTL: 2 * time.Second, Settings: option.Set{"unsafe-no-fsync": "true"}})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if n := noFsync.Load(); n != 3 {
+		t.Fatalf("%d of 3 members run with --unsafe-no-fsync", n)
 	}
 	if n := len(c.Nodes()); n != 3 {
 		t.Fatalf("%d nodes", n)

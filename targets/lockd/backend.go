@@ -43,6 +43,9 @@ var (
 	MaxTTL = option.Duration("max-ttl",
 		"a duration: the longest lease a client may ask for, and a new leader's wait before freeing inherited locks (default: the lease TTL)",
 		0, time.Millisecond, 0).Described("the lease TTL")
+	RaftSync = option.Enum("raft-sync",
+		"on: nodes fsync their Raft log (hashicorp/raft-boltdb) before acknowledging an entry; off: NoSync, never (a power loss of a quorum may lose committed grants)",
+		"on", "off")
 )
 
 // EndpointsOption is the recipe's option: which nodes a client talks to.
@@ -58,8 +61,12 @@ func init() {
 		Size:    Target{}.Size(),
 		Leads:   true,
 		Durable: true,
-		Recipe:  Name,
-		Options: option.Decls(LockDelay, MaxTTL),
+		// lockd's default; raft-sync=off survives a kill, not a power loss
+		// of a quorum (docs/durability.md).
+		DurableWith:  map[string]string{RaftSync.Name(): "on"},
+		UnsyncedWith: map[string]string{RaftSync.Name(): "off"},
+		Recipe:       Name,
+		Options:      option.Decls(LockDelay, MaxTTL, RaftSync),
 		Probe: &targets.Probe{
 			Endpoint: net.JoinHostPort("127.0.0.1", strconv.Itoa(HTTPPort)),
 			Run:      func(ctx context.Context, endpoint string) (any, error) { return Probe(ctx, endpoint) },

@@ -106,6 +106,8 @@ type ServerOptions struct {
 	MaxTTL time.Duration
 	// LockDelay is the lock-delay (0 = off).
 	LockDelay time.Duration
+	// NoSync writes the Raft log without fsync (the raft-sync=off option).
+	NoSync bool
 }
 
 // serverOptions resolves t's settings, the run's TTL and the backend's
@@ -123,6 +125,7 @@ func (t Target) serverOptions(opts targets.Options) (ServerOptions, error) {
 	if d, ok := MaxTTL.Lookup(opts.Settings); ok {
 		so.MaxTTL = d
 	}
+	so.NoSync = RaftSync.Get(opts.Settings) == "off"
 	switch {
 	case so.LockDelay < 0:
 		return ServerOptions{}, fmt.Errorf("lockd lock-delay %v must not be negative", so.LockDelay)
@@ -140,7 +143,7 @@ func Command(id string, peers map[string]string, so ServerOptions) []string {
 	for _, n := range targets.SortedNames(peers) {
 		list = append(list, n+"="+net.JoinHostPort(peers[n], strconv.Itoa(RaftPort)))
 	}
-	return []string{Binary, Name,
+	cmd := []string{Binary, Name,
 		"--id", id,
 		"--peers", strings.Join(list, ","),
 		"--http-addr", fmt.Sprintf(":%d", HTTPPort),
@@ -154,6 +157,10 @@ func Command(id string, peers map[string]string, so ServerOptions) []string {
 		"--election-timeout", ElectionTimeout.String(),
 		"--leader-lease-timeout", LeaderLeaseTimeout.String(),
 	}
+	if so.NoSync {
+		cmd = append(cmd, "--no-sync")
+	}
+	return cmd
 }
 
 // Start implements targets.Target: it reserves every node's address, starts
@@ -186,7 +193,7 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 	if err := c.WaitHealthy(ctx, 30*time.Second); err != nil {
 		return nil, err
 	}
-	log.Info("lockd cluster up", "nodes", len(nodes), "max_ttl", so.MaxTTL, "lock_delay", so.LockDelay)
+	log.Info("lockd cluster up", "nodes", len(nodes), "max_ttl", so.MaxTTL, "lock_delay", so.LockDelay, "no_sync", so.NoSync)
 	return c, nil
 }
 

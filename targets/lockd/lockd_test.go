@@ -41,13 +41,16 @@ func TestServerOptions(t *testing.T) {
 		{"negative delay", Target{}, time.Second, map[string]string{"lock-delay": "-1s"}, ServerOptions{}, "lock-delay=\"-1s\" for target lockd: want a duration of at least 0s"},
 		{"ttl above max", Target{}, 5 * time.Second, map[string]string{"max-ttl": "2s"}, ServerOptions{}, "exceeds"},
 		{"zero max", Target{}, 0, map[string]string{"max-ttl": "0s"}, ServerOptions{}, "max-ttl=\"0s\" for target lockd: want a duration of at least 1ms"},
+		{"raft-sync off", Target{}, time.Second, map[string]string{"raft-sync": "off"}, ServerOptions{MaxTTL: time.Second, NoSync: true}, ""},
+		{"raft-sync on", Target{}, time.Second, map[string]string{"raft-sync": "on"}, ServerOptions{MaxTTL: time.Second}, ""},
+		{"raft-sync neither", Target{}, time.Second, map[string]string{"raft-sync": "no"}, ServerOptions{}, "want one of on, off"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			set, err := option.Parse(option.Decls(LockDelay, MaxTTL, EndpointsOption), tt.opts, "option", "target lockd")
+			set, err := option.Parse(option.Decls(LockDelay, MaxTTL, RaftSync, EndpointsOption), tt.opts, "option", "target lockd")
 			var got ServerOptions
 			if err == nil {
-				got, err = tt.target.serverOptions(targets.Options{TTL: tt.ttl, Settings: set.Only(option.Decls(LockDelay, MaxTTL))})
+				got, err = tt.target.serverOptions(targets.Options{TTL: tt.ttl, Settings: set.Only(option.Decls(LockDelay, MaxTTL, RaftSync))})
 			}
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
@@ -91,11 +94,16 @@ func TestCommand(t *testing.T) {
 		{"election", cfg.ElectionTimeout, ElectionTimeout},
 		{"leader lease", cfg.LeaderLeaseTimeout, LeaderLeaseTimeout},
 		{"apply", cfg.ApplyTimeout, ApplyTimeout},
+		{"fsync", cfg.NoSync, false},
 	}
 	for _, c := range checks {
 		if c.got != c.want {
 			t.Errorf("%s = %v, want %v", c.name, c.got, c.want)
 		}
+	}
+	cfg, err = server.ParseFlags(Command("n2", peers, ServerOptions{MaxTTL: time.Second, NoSync: true})[2:])
+	if err != nil || !cfg.NoSync {
+		t.Fatalf("NoSync did not reach the server's flags: %+v %v", cfg.NoSync, err)
 	}
 }
 

@@ -50,6 +50,10 @@ func init() {
 		Roles:   []targets.Role{NodeRole},
 		Size:    1,
 		Durable: true, // its fencing counter survives a kill (its locks do not)
+		// InnoDB's default; 2 survives a kill, not a power loss
+		// (docs/durability.md).
+		DurableWith:  map[string]string{FlushLogAtCommit.Name(): "1"},
+		UnsyncedWith: map[string]string{FlushLogAtCommit.Name(): "2"},
 		// The server notices a silent client within about 3 s.
 		KeepaliveWith: map[string]string{"tcp_keepalive_time": "1", "tcp_keepalive_interval": "1", "tcp_keepalive_probes": "2"},
 		Recipe:        Name,

@@ -71,6 +71,7 @@ var _ targets.Target = Target{}
 // client that is gone or idle.
 func ServerSettings() []option.Decl {
 	return option.Decls(
+		FlushLogAtCommit,
 		setting("wait_timeout", "seconds a session may stay idle before the server ends it (and its locks) (MariaDB's default 28800); the recipe sets its own per session unless timeout=none"),
 		setting("tcp_keepalive_time", "seconds of silence before the server's first keepalive probe (0: the kernel's, 7200 s on Linux)"),
 		setting("tcp_keepalive_interval", "seconds between unanswered keepalive probes (0: the kernel's, 75 s)"),
@@ -78,6 +79,16 @@ func ServerSettings() []option.Decl {
 		setting("lock_wait_timeout", "seconds a statement waits for a metadata lock (MariaDB's default 86400); GET_LOCK's own timeout argument bounds a named-lock wait"),
 	)
 }
+
+// FlushLogAtCommit is the backend's durability switch, InnoDB's
+// innodb_flush_log_at_trx_commit: 1 writes and fsyncs the redo log at every
+// commit; 2 writes it at every commit and fsyncs once a second (a kill loses
+// nothing, a power loss the last second); 0 writes and fsyncs once a second
+// (a kill may lose the last second too). The server keeps no binary log, so
+// sync_binlog has nothing to sync.
+var FlushLogAtCommit = option.Enum("innodb_flush_log_at_trx_commit",
+	"1: the redo log written and fsynced at every commit (the default); 2: written at every commit, fsynced once a second; 0: both once a second",
+	"1", "2", "0")
 
 // setting declares a server variable: a whole number of seconds (the
 // server's default when not given).

@@ -59,6 +59,10 @@ func init() {
 		Roles:   []targets.Role{NodeRole},
 		Size:    1,
 		Durable: true, // its fencing sequence survives a kill (its locks do not)
+		// PostgreSQL's defaults; fsync=off survives a kill, not a power
+		// loss (docs/durability.md).
+		DurableWith:  map[string]string{Fsync.Name(): "on", SynchronousCommit.Name(): "on"},
+		UnsyncedWith: map[string]string{Fsync.Name(): "off"},
 		// The server notices a silent client within about 3 s.
 		KeepaliveWith: map[string]string{"tcp_keepalives_idle": "1", "tcp_keepalives_interval": "1", "tcp_keepalives_count": "2"},
 		Recipe:        Name,

@@ -69,11 +69,27 @@ type Target struct{}
 
 var _ targets.Target = Target{}
 
+// The server's durability settings, passed as -c NAME=VALUE like the
+// others. With fsync=off the server still writes its WAL to the kernel
+// before a commit returns, so a kill loses nothing and a power loss may lose
+// what the kernel had not written back; synchronous_commit=off returns
+// before the commit's WAL leaves the server's shared memory (the WAL writer
+// writes it within wal_writer_delay, 200 ms), so even a kill may lose it.
+var (
+	Fsync = option.Enum("fsync",
+		"on: the server fsyncs its WAL before a commit returns; off: it never fsyncs (a power loss may lose acknowledged commits)",
+		"on", "off")
+	SynchronousCommit = option.Enum("synchronous_commit",
+		"on: a commit returns once its WAL is flushed; off: it returns at once, the WAL written within 200 ms (a kill may lose acknowledged commits)",
+		"on", "off")
+)
+
 // ServerSettings declares the backend's options that are server settings, each
-// passed to the postmaster as -c NAME=VALUE: how soon the server notices a
-// client that is gone.
+// passed to the postmaster as -c NAME=VALUE: how durable a commit is, and how
+// soon the server notices a client that is gone.
 func ServerSettings() []option.Decl {
 	return option.Decls(
+		Fsync, SynchronousCommit,
 		setting("tcp_keepalives_idle", "seconds of silence before the server's first keepalive probe (0: the kernel's, 7200 s on Linux)"),
 		setting("tcp_keepalives_interval", "seconds between unanswered keepalive probes (0: the kernel's, 75 s)"),
 		setting("tcp_keepalives_count", "unanswered probes before the server drops the connection (0: the kernel's, 9)"),

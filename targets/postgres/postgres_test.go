@@ -24,6 +24,9 @@ func TestSettings(t *testing.T) {
 			map[string]string{"tcp_keepalives_idle": "1", "tcp_user_timeout": "2000"}, ""},
 		{"a duration", map[string]string{"idle_session_timeout": "5s"}, map[string]string{"idle_session_timeout": "5s"}, ""},
 		{"not a number", map[string]string{"tcp_keepalives_idle": "1; DROP"}, nil, "want a number"},
+		{"durability", map[string]string{"fsync": "off", "synchronous_commit": "off", "lock": "try"},
+			map[string]string{"fsync": "off", "synchronous_commit": "off"}, ""},
+		{"fsync neither on nor off", map[string]string{"fsync": "sometimes"}, nil, "want one of on, off"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -32,7 +32,9 @@ func init() {
 		// A killed Redis without persistence forgets its locks and its
 		// token counters (docs/redis-persistence.md).
 		DurableWith: map[string]string{"persistence": "aof-always"},
-		Options:     option.Decls(node.Persistence),
+		// aof-everysec survives a kill, not a power loss (docs/durability.md).
+		UnsyncedWith: map[string]string{"persistence": "aof-everysec"},
+		Options:      option.Decls(node.Persistence),
 	})
 	targets.RegisterRecipe(targets.Recipe{
 		Kind:     Name,

@@ -47,7 +47,9 @@ func init() {
 		// A killed master without persistence forgets its locks (the
 		// delayed-restart assumption of Redlock is then all that holds).
 		DurableWith: map[string]string{"persistence": "aof-always"},
-		Options:     option.Decls(node.Persistence),
+		// aof-everysec survives a kill, not a power loss (docs/durability.md).
+		UnsyncedWith: map[string]string{"persistence": "aof-everysec"},
+		Options:      option.Decls(node.Persistence),
 	})
 }
 

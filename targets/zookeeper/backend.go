@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
@@ -44,7 +45,12 @@ func init() {
 		Size:    Target{}.Size(),
 		Leads:   true,
 		Durable: true,
-		Recipe:  Name,
+		// ZooKeeper's default; forceSync=no survives a kill, not a power
+		// loss of a quorum (docs/durability.md).
+		DurableWith:  map[string]string{ForceSync.Name(): "yes"},
+		UnsyncedWith: map[string]string{ForceSync.Name(): "no"},
+		Options:      option.Decls(ForceSync),
+		Recipe:       Name,
 		Probe: &targets.Probe{
 			Endpoint: net.JoinHostPort("127.0.0.1", strconv.Itoa(ClientPort)),
 			Run:      func(ctx context.Context, endpoint string) (any, error) { return Probe(ctx, endpoint) },

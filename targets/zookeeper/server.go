@@ -69,6 +69,10 @@ type ServerConfig struct {
 	// Untuned drops the start-up flags (serial collector, C1 only, a
 	// small initial heap): the JVM's defaults, for comparison.
 	Untuned bool
+	// NoForceSync turns ZooKeeper's forceSync off (the system property
+	// zookeeper.forceSync=no): the member writes its transaction log
+	// without fsync before it acknowledges a proposal.
+	NoForceSync bool
 }
 
 // DefaultServerConfig is the timing used for fault tests: a tick of
@@ -153,6 +157,9 @@ func (c ServerConfig) Argv() []string {
 		// backs off to a minute), so an ensemble whose members start, or
 		// come back from a partition, at different times elects quickly.
 		"-Dzookeeper.fastleader.maxNotificationInterval=1000")
+	if c.NoForceSync {
+		argv = append(argv, "-Dzookeeper.forceSync=no")
+	}
 	argv = append(argv, strings.Fields(c.JVMOpts)...)
 	return append(argv, "-cp", Jar+":"+LogJar, MainClass, c.cfgPath())
 }
@@ -219,6 +226,7 @@ var ServerProgram = targets.Program{
 		fs.IntVar(&c.HeapMB, "heap-mb", c.HeapMB, "JVM maximum heap, MiB")
 		fs.StringVar(&c.JVMOpts, "jvm-opts", "", "extra JVM options, space-separated")
 		fs.BoolVar(&c.Untuned, "untuned", false, "leave the JVM's start-up defaults (no serial collector, full JIT, default initial heap)")
+		fs.BoolVar(&c.NoForceSync, "no-force-sync", false, "write the transaction log without fsync (zookeeper.forceSync=no)")
 		// Closures, not method values: c is read after parsing.
 		return func() error { return c.Validate() }, func(_ context.Context, log *slog.Logger) error {
 			if err := c.Prepare(); err != nil {

@@ -66,6 +66,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
@@ -97,13 +98,21 @@ func (t Target) Size() int {
 	return t.Nodes
 }
 
+// ForceSync is the backend's durability switch, ZooKeeper's forceSync:
+// with "no" the members write their transaction log without fsync before
+// they acknowledge a proposal. A killed member loses nothing (the kernel has
+// its writes); a quorum losing power at once may lose committed writes.
+var ForceSync = option.Enum("forceSync",
+	"yes: members fsync their transaction log before acknowledging (ZooKeeper's default); no: zookeeper.forceSync=no, never (a power loss of a quorum may lose committed writes)",
+	"yes", "no")
+
 // Command is the command line of member name (nN, member number N) of an
-// ensemble of peers (name → address).
-func Command(name string, peers map[string]string) ([]string, error) {
-	return Target{}.command(name, peers)
+// ensemble of peers (name → address), with the backend's settings opts.
+func Command(name string, peers map[string]string, opts option.Set) ([]string, error) {
+	return Target{}.command(name, peers, opts)
 }
 
-func (t Target) command(name string, peers map[string]string) ([]string, error) {
+func (t Target) command(name string, peers map[string]string, opts option.Set) ([]string, error) {
 	var ps []string
 	for _, n := range targets.SortedNames(peers) {
 		id, err := memberID(n)
@@ -126,6 +135,9 @@ func (t Target) command(name string, peers map[string]string) ([]string, error) 
 	if t.Untuned {
 		cmd = append(cmd, "--untuned")
 	}
+	if ForceSync.Get(opts) == "no" {
+		cmd = append(cmd, "--no-force-sync")
+	}
 	return cmd, nil
 }
 
@@ -147,7 +159,7 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 	}
 	cmds := map[string][]string{}
 	for _, n := range names {
-		if cmds[n], err = t.command(n, peers); err != nil {
+		if cmds[n], err = t.command(n, peers, opts.Settings); err != nil {
 			return nil, err
 		}
 	}

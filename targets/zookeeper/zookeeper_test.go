@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/memrt"
 	"github.com/splitbrain/splitbrain/targets"
@@ -110,6 +111,14 @@ func TestServerConfig(t *testing.T) {
 	if argv[0] != Java || argv[len(argv)-1] != "/var/lib/zookeeper/zoo.cfg" || argv[len(argv)-2] != MainClass {
 		t.Fatalf("argv %v", argv)
 	}
+	if slices.ContainsFunc(argv, func(a string) bool { return strings.Contains(a, "forceSync") }) {
+		t.Fatalf("default argv sets forceSync: %v", argv)
+	}
+	c.NoForceSync = true
+	if argv := c.Argv(); !slices.Contains(argv[:len(argv)-2], "-Dzookeeper.forceSync=no") {
+		t.Fatalf("no-force-sync argv %v", argv)
+	}
+	c.NoForceSync = false
 	dir := t.TempDir()
 	c.DataDir = dir
 	if err := c.Prepare(); err != nil {
@@ -132,22 +141,24 @@ func TestServerConfig(t *testing.T) {
 
 func TestCommandParsesBack(t *testing.T) {
 	peers := map[string]string{"n1": "10.0.0.2", "n2": "10.0.0.3", "n3": "10.0.0.4"}
-	cmd, err := Command("n3", peers)
-	if err != nil {
-		t.Fatal(err)
+	for _, opts := range []option.Set{nil, {"forceSync": "yes"}, {"forceSync": "no"}} {
+		cmd, err := Command("n3", peers, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cmd[1] != ServerProgram.Name || slices.Contains(cmd, "--no-force-sync") != (opts["forceSync"] == "no") {
+			t.Fatalf("%v: command %v", opts, cmd)
+		}
+		fs := newFlagSet()
+		check, _ := ServerProgram.Flags(fs)
+		if err := fs.Parse(cmd[2:]); err != nil {
+			t.Fatal(err)
+		}
+		if err := check(); err != nil {
+			t.Fatalf("the command's own flags are refused: %v", err)
+		}
 	}
-	if cmd[1] != ServerProgram.Name {
-		t.Fatalf("command %v", cmd)
-	}
-	fs := newFlagSet()
-	check, _ := ServerProgram.Flags(fs)
-	if err := fs.Parse(cmd[2:]); err != nil {
-		t.Fatal(err)
-	}
-	if err := check(); err != nil {
-		t.Fatalf("the command's own flags are refused: %v", err)
-	}
-	if _, err := Command("x1", peers); err == nil {
+	if _, err := Command("x1", peers, nil); err == nil {
 		t.Fatal("a member not called nN got a command")
 	}
 }

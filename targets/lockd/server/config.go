@@ -79,8 +79,10 @@ type Config struct {
 	// clock. Tests inject a controllable one.
 	Clock Clock
 
-	// noSync turns off fsync in the bolt store (tests only).
-	noSync bool
+	// NoSync turns off fsync in the Raft log and stable store
+	// (hashicorp/raft-boltdb's NoSync): a node acknowledges entries it has
+	// only handed to the kernel. Snapshots are still fsynced.
+	NoSync bool
 }
 
 // DefaultConfig returns a Config with every tunable set to its default;
@@ -129,6 +131,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SnapshotInterval, "snapshot-interval", c.SnapshotInterval, "how often Raft checks whether to snapshot")
 	fs.Uint64Var(&c.SnapshotThreshold, "snapshot-threshold", c.SnapshotThreshold, "log entries between snapshots")
 	fs.IntVar(&c.SnapshotRetain, "snapshot-retain", c.SnapshotRetain, "snapshots to keep")
+	fs.BoolVar(&c.NoSync, "no-sync", c.NoSync, "write the Raft log without fsync (a power loss may lose acknowledged entries)")
 }
 
 // ParseFlags parses lockd's command-line flags (see [Config.RegisterFlags])

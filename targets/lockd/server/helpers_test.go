@@ -64,7 +64,7 @@ func testConfig(id string, peers []Peer) Config {
 	cfg.ElectionTimeout = 100 * time.Millisecond
 	cfg.LeaderLeaseTimeout = 50 * time.Millisecond
 	cfg.CommitTimeout = 5 * time.Millisecond
-	cfg.noSync = true
+	cfg.NoSync = true
 	return cfg
 }
 
@@ -168,7 +168,7 @@ func (c *testCluster) start(i int) {
 	c.tb.Helper()
 	cfg := c.cfgs[i]
 	log := c.log.With("node", cfg.ID)
-	deps, err := openStores(cfg.DataDir, cfg.SnapshotRetain, cfg.noSync, newHCLogger(log))
+	deps, err := openStores(cfg.DataDir, cfg.SnapshotRetain, cfg.NoSync, newHCLogger(log))
 	if err != nil {
 		c.tb.Fatalf("open stores of %s: %v", cfg.ID, err)
 	}

@@ -100,6 +100,7 @@ func (n *node) status() wire.StatusResponse {
 		CommitIndex:    n.raft.CommitIndex(),
 		AppliedIndex:   n.raft.AppliedIndex(),
 		Ready:          n.raft.State() == raft.Leader && n.ready.Load(),
+		NoSync:         n.cfg.NoSync,
 	}
 }
 

@@ -172,7 +172,7 @@ func newNode(cfg Config, log *slog.Logger, deps nodeDeps) (_ *node, err error) {
 // file snapshot store under cfg.DataDir, and a TCP transport.
 func openDeps(cfg Config, log *slog.Logger) (nodeDeps, error) {
 	hl := newHCLogger(log.With("component", "raft"))
-	deps, err := openStores(cfg.DataDir, cfg.SnapshotRetain, cfg.noSync, hl)
+	deps, err := openStores(cfg.DataDir, cfg.SnapshotRetain, cfg.NoSync, hl)
 	if err != nil {
 		return nodeDeps{}, err
 	}

@@ -63,7 +63,7 @@ func TestRunOverTCP(t *testing.T) {
 			if err != nil {
 				t.Fatalf("flags: %v", err)
 			}
-			cfg.noSync = true
+			cfg.NoSync = true
 			ctx, cancel := context.WithCancel(context.Background())
 			r := running{cancel: cancel, done: make(chan error, 1)}
 			go func() { r.done <- Run(ctx, cfg, log) }()

@@ -95,6 +95,8 @@ type StatusResponse struct {
 	CommitIndex    uint64 `json:"commit_index"`
 	AppliedIndex   uint64 `json:"applied_index"`
 	Ready          bool   `json:"ready"`
+	// NoSync says the node writes its Raft log without fsync (--no-sync).
+	NoSync bool `json:"no_sync,omitempty"`
 }
 
 // HealthResponse is the answer to GET /healthz.

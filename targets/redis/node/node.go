@@ -12,8 +12,12 @@
 //	persistence=aof-always  append-only file fsynced before every reply
 //	                        (appendfsync always): a grant and its token
 //	                        survive a SIGKILL
-//	persistence=aof-everysec the AOF fsynced once a second: a kill can lose
-//	                        the last second's grants and tokens
+//	persistence=aof-everysec the AOF written before every reply, fsynced
+//	                        once a second: a kill loses nothing (the
+//	                        kernel has it), a power loss the last second
+//	persistence=aof-no      the AOF written before every reply, never
+//	                        fsynced by Redis (the kernel writes it back
+//	                        within about 30 s): a power loss loses more
 package node
 
 import (
@@ -37,8 +41,8 @@ const Port = 6379
 // Persistence is a Redis server's durability setting (the backends that
 // run Redis nodes take it); [ServerArgs] reads its value.
 var Persistence = option.Enum("persistence",
-	"none: a killed Redis forgets locks and token counters; aof-always: append-only file fsynced before every reply; aof-everysec: fsynced once a second",
-	"none", "aof-always", "aof-everysec")
+	"none: a killed Redis forgets locks and token counters; aof-always: append-only file fsynced before every reply; aof-everysec: fsynced once a second; aof-no: never fsynced by Redis (appendfsync no)",
+	"none", "aof-always", "aof-everysec", "aof-no")
 
 // ClockShim is the LD_PRELOAD clock shim of Redis images: the C source
 // compiled on this machine with gcc ($CC) into the path the server's
@@ -57,7 +61,7 @@ const DataDir = "/var/lib/redis"
 
 // ServerArgs is the Redis server's command line, reachable on the run's
 // network, with persistence (see the package comment: "", "none",
-// "aof-always", "aof-everysec").
+// "aof-always", "aof-everysec", "aof-no").
 func ServerArgs(persistence string) ([]string, error) {
 	c := []string{"redis-server", "--port", strconv.Itoa(Port), "--bind", "0.0.0.0",
 		"--protected-mode", "no", "--save", "", "--loglevel", "notice"}
@@ -68,8 +72,10 @@ func ServerArgs(persistence string) ([]string, error) {
 		return append(c, "--appendonly", "yes", "--appendfsync", "always", "--dir", DataDir), nil
 	case "aof-everysec":
 		return append(c, "--appendonly", "yes", "--appendfsync", "everysec", "--dir", DataDir), nil
+	case "aof-no":
+		return append(c, "--appendonly", "yes", "--appendfsync", "no", "--dir", DataDir), nil
 	}
-	return nil, fmt.Errorf("redis: persistence=%q: want none, aof-always or aof-everysec", persistence)
+	return nil, fmt.Errorf("redis: persistence=%q: want none, aof-always, aof-everysec or aof-no", persistence)
 }
 
 // WaitReady waits until the Redis server in n answers PING.

@@ -37,6 +37,7 @@ func TestCommandFor(t *testing.T) {
 		{"none", []string{"--appendonly no"}, false},
 		{"aof-always", []string{"--appendonly yes", "--appendfsync always", "--dir " + DataDir}, false},
 		{"aof-everysec", []string{"--appendonly yes", "--appendfsync everysec"}, false},
+		{"aof-no", []string{"--appendonly yes", "--appendfsync no", "--dir " + DataDir}, false},
 		{"rdb", nil, true},
 	} {
 		c, err := ServerArgs(tt.persistence)

@@ -57,7 +57,9 @@ func init() {
 		// A killed node without persistence comes back empty; with its
 		// append-only file fsynced on every write it keeps what it had.
 		// A failover loses what the replicas had not received either way.
-		DurableWith:     map[string]string{"persistence": "aof-always"},
+		DurableWith: map[string]string{"persistence": "aof-always"},
+		// aof-everysec survives a kill, not a power loss (docs/durability.md).
+		UnsyncedWith:    map[string]string{"persistence": "aof-everysec"},
 		LosesOnFailover: true,
 		Recipe:          Name,
 		Options:         ServerOptions(),

@@ -34,7 +34,7 @@ type NodeConfig struct {
 	Nodes []netip.Addr
 	Index int
 	// Persistence is the single Redis's durability setting ("none",
-	// "aof-always", "aof-everysec").
+	// "aof-always", "aof-everysec", "aof-no").
 	Persistence string
 	// MinReplicas and MaxLag are min-replicas-to-write and
 	// min-replicas-max-lag (seconds): a primary with fewer replicas that
@@ -101,6 +101,8 @@ func (c NodeConfig) RedisConf() string {
 		lines = append(lines, "appendonly yes", "appendfsync always")
 	case "aof-everysec":
 		lines = append(lines, "appendonly yes", "appendfsync everysec")
+	case "aof-no":
+		lines = append(lines, "appendonly yes", "appendfsync no")
 	default:
 		lines = append(lines, "appendonly no")
 	}
@@ -229,7 +231,7 @@ func NodeFlags(fs *flag.FlagSet) (func() error, func(context.Context, *slog.Logg
 	fs.StringVar(&c.Dir, "dir", c.Dir, "state directory (configuration files written on the first start, kept across restarts)")
 	fs.Var(addrsFlag{&c.Nodes}, "nodes", "every node's IP address, comma-separated, the first primary's first")
 	fs.IntVar(&c.Index, "index", 0, "this node's place in --nodes (0: the first primary)")
-	fs.StringVar(&c.Persistence, "persistence", c.Persistence, "none, aof-always or aof-everysec")
+	fs.StringVar(&c.Persistence, "persistence", c.Persistence, "none, aof-always, aof-everysec or aof-no")
 	fs.IntVar(&c.MinReplicas, "min-replicas-to-write", c.MinReplicas, "replicas a primary needs to accept writes")
 	fs.IntVar(&c.MaxLag, "min-replicas-max-lag", c.MaxLag, "seconds since a replica's last acknowledgement for it to count")
 	fs.DurationVar(&c.DownAfter, "down-after", c.DownAfter, "Sentinel's down-after-milliseconds")
