@@ -3,7 +3,6 @@ package scenario
 import (
 	"encoding/xml"
 	"fmt"
-	"html/template"
 	"io"
 	"maps"
 	"os"
@@ -651,77 +650,3 @@ func (c Column) Title() string {
 	}
 	return t
 }
-
-// WriteComparison writes one HTML page comparing columns: the checklist's
-// questions as rows, a column per backend and client, each cell PASS or
-// FAIL with its evidence and links to the runs behind it (their
-// report.html, relative to dir, where the page goes).
-func WriteComparison(w io.Writer, dir string, cols []Column) error {
-	type link struct {
-		Name, Href string
-		Exercised  bool
-	}
-	type cell struct {
-		Answer   Answer
-		Class    string
-		Evidence string
-		Runs     []link
-	}
-	type row struct {
-		Question, Property, Fault string
-		Cells                     []cell
-	}
-	var rows []row
-	for i, qq := range questions {
-		q := qq.q
-		r := row{Question: q, Property: qq.property, Fault: qq.fault}
-		for _, c := range cols {
-			ce := cell{Answer: NotTested, Class: "nottested", Evidence: "not asked"}
-			if i < len(c.Items) && c.Items[i].Question == q {
-				it := c.Items[i]
-				ce.Answer, ce.Evidence = it.Answer, it.Evidence
-				ce.Class = strings.ToLower(strings.NewReplacer(" ", "", "/", "").Replace(string(it.Answer)))
-				if it.Why != "" {
-					ce.Answer += Answer(" (" + it.Why + ")")
-				}
-				for _, run := range it.Runs {
-					if run.Dir == "" {
-						continue
-					}
-					href := filepath.Join(run.Dir, "report.html")
-					if rel, err := filepath.Rel(dir, href); err == nil {
-						href = rel
-					}
-					ce.Runs = append(ce.Runs, link{run.Scenario, filepath.ToSlash(href), run.Exercised})
-				}
-			}
-			r.Cells = append(r.Cells, ce)
-		}
-		rows = append(rows, r)
-	}
-	return comparisonPage.Execute(w, map[string]any{"Cols": cols, "Rows": rows})
-}
-
-var comparisonPage = template.Must(template.New("compare").Parse(`<!doctype html>
-<html><head><meta charset="utf-8"><title>splitbrain: lock-safety checklist compared</title>
-<style>
-body{font:14px system-ui,sans-serif;margin:2em}
-table{border-collapse:collapse}
-th,td{border:1px solid #ccc;padding:.4em .6em;vertical-align:top;max-width:22em}
-td.pass{background:#e8f5e9}td.fail{background:#ffebee}td.nottested{background:#fff8e1}td.na{background:#eceff1}
-.mark{font-weight:bold}.ev{color:#555;font-size:12px}
-a{color:#1565c0}
-</style></head><body>
-<h1>Lock-safety checklist, compared</h1>
-<p>Each column is one lock backend with one client, validated by real runs under faults
-(<code>splitbrain validate</code>); each cell answers one question of the checklist from those runs and links to them
-(<b>bold</b>: the runs that put the question's fault on the system). NOT TESTED: none of its runs did.</p>
-<table>
-<tr><th>question</th>{{range .Cols}}<th>{{.Title}}{{if .Library}}<div class="ev">{{.Library}}</div>{{end}}</th>{{end}}</tr>
-{{range .Rows}}<tr><th style="text-align:left">{{.Question}}<div class="ev">judges: {{.Property}}</div><div class="ev">fault: {{.Fault}}</div></th>{{range .Cells}}<td class="{{.Class}}">
-<span class="mark">{{.Answer}}</span>
-<div class="ev">{{.Evidence}}</div>
-{{range .Runs}}<a href="{{.Href}}">{{if .Exercised}}<b>{{.Name}}</b>{{else}}{{.Name}}{{end}}</a> {{end}}</td>{{end}}</tr>
-{{end}}</table>
-</body></html>
-`))
