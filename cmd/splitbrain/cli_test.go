@@ -260,7 +260,7 @@ func TestValidateRefusesBeforeImages(t *testing.T) {
 	}{
 		{"unknown recipe option", []string{"validate", "--target", "redis", "--recipe-opt", "nosuch=1"}, "unknown option nosuch for target redis (known: persistence, expiry, release)"},
 		{"bad option value", []string{"validate", "--target", "redis", "--recipe-opt", "persistence=never"}, "want one of none, aof-always, aof-everysec"},
-		{"option the backend lacks", []string{"validate", "--target", "etcd", "--recipe-opt", "persistence=aof-always"}, "unknown option persistence for target etcd (known: endpoints)"},
+		{"option the backend lacks", []string{"validate", "--target", "etcd", "--recipe-opt", "persistence=aof-always"}, "unknown option persistence for target etcd (known: unsafe-no-fsync, endpoints)"},
 		{"option the client lacks", []string{"validate", "--target", "redis", "--client", "redsync", "--recipe-opt", "expiry=none"}, "unknown option expiry for target redis (known: persistence)"},
 		{"malformed option", []string{"validate", "--recipe-opt", "novalue"}, "key=value"},
 		{"negative time limit", []string{"validate", "--target", "lockd", "--time-limit", "-1s"}, "--time-limit must be positive"},
