@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/etcdserver"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
@@ -250,7 +251,7 @@ func ensureParts(ctx context.Context, env *dockerEnv, b *images.Builder, rounds 
 	}
 	for range rounds {
 		timeIt("TreeHash(repository) [splitbrain binary's cache key]", func() { _, _ = images.TreeHash(root) })
-		timeIt("TreeHash(targets/etcd/build) [etcd binary's cache key]", func() { _, _ = images.TreeHash(filepath.Join(root, etcd.BuildDir)) })
+		timeIt("TreeHash(internal/etcdserver/build) [etcd binary's cache key]", func() { _, _ = images.TreeHash(filepath.Join(root, etcdserver.BuildDir)) })
 		for _, a := range arts {
 			timeIt(fmt.Sprintf("sha256 %s (%.0f MB; once per role image that has it)", a.Name, sizeMB(a.Path)), func() { _ = sha256File(a.Path) })
 		}

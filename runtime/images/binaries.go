@@ -96,12 +96,20 @@ func TreeHash(root string, skip ...string) (string, error) {
 }
 
 // GoBuild builds pkg of the module at dir as a static linux binary for this
-// machine's architecture into out.
-func GoBuild(ctx context.Context, dir, pkg, out string, progress func(string, ...any)) error {
+// machine's architecture into out; xvars are string variables set at link
+// time (-ldflags -X "import/path.name=value").
+func GoBuild(ctx context.Context, dir, pkg, out string, progress func(string, ...any), xvars ...string) error {
 	start := time.Now()
 	progress("go build %s (static, in %s)", pkg, dir)
 	tmp := out + ".tmp"
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags=-s -w", "-o", tmp, pkg)
+	ldflags := "-s -w"
+	for _, x := range xvars {
+		if strings.ContainsAny(x, " \t'\"") {
+			return fmt.Errorf("go build %s: -X %q: want no spaces or quotes", pkg, x)
+		}
+		ldflags += " -X " + x
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false", "-ldflags="+ldflags, "-o", tmp, pkg)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH)
 	var buf bytes.Buffer
@@ -249,10 +257,21 @@ func isStatic(path string) bool {
 // toolchain, the copy installed at dest (as in the control image) is used,
 // else the error says what is missing.
 func GoModule(name string, src fs.FS, pkg, dest string) File {
+	return GoModuleStamped(name, src, pkg, dest)
+}
+
+// GoModuleStamped is [GoModule] with string variables set at link time,
+// each "import/path.name=value" (`-ldflags -X`): the version a release's
+// own build scripts stamp into it (k8s.io/component-base/version's, say).
+// They are part of the cache key.
+func GoModuleStamped(name string, src fs.FS, pkg, dest string, xvars ...string) File {
 	return File{Name: name, Dest: dest, Make: func(ctx context.Context, b *Builder) (string, error) {
 		files, sum, err := moduleFiles(src)
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", name, err)
+		}
+		if len(xvars) > 0 {
+			sum = hashStrings(append([]string{sum}, xvars...)...)
 		}
 		cache := filepath.Join(b.CacheDir, "bin")
 		if err := os.MkdirAll(cache, 0o755); err != nil {
@@ -278,7 +297,7 @@ func GoModule(name string, src fs.FS, pkg, dest string) File {
 				return "", fmt.Errorf("%s: %w", name, err)
 			}
 		}
-		if err := GoBuild(ctx, dir, pkg, path, b.progress); err != nil {
+		if err := GoBuild(ctx, dir, pkg, path, b.progress, xvars...); err != nil {
 			if inst, ierr := installed(dest); ierr == nil {
 				return inst, nil
 			}

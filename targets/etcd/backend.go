@@ -5,6 +5,7 @@ import (
 	"net"
 	"strconv"
 
+	"github.com/splitbrain/splitbrain/internal/etcdserver"
 	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
@@ -13,23 +14,19 @@ import (
 // Name is the backend's name and its recipe's kind.
 const Name = "etcd"
 
-// BuildDir is the module that builds etcd, relative to the repository: its
-// go.mod.in pins the server release; it is embedded (modules.go), so that
-// the etcd binary is built from the pinned release wherever splitbrain runs.
-const BuildDir = "targets/etcd/build"
-
-// Binary is the etcd server in the etcd image.
-const Binary = "/usr/local/bin/etcd"
+// Binary is the etcd server in the etcd image (package etcdserver builds
+// it from its pinned release).
+const Binary = etcdserver.Binary
 
 // ClientLibrary is the library the lock recipe is built on.
 const ClientLibrary = "go.etcd.io/etcd/client/v3"
 
 // NodeRole is the role of etcd members: the pinned etcd release built
-// static on this machine, its data in DataDir, its clock skewed through
-// the vDSO (a Go program).
+// static on this machine (etcdserver.Module), its data in DataDir, its
+// clock skewed through the vDSO (a Go program).
 var NodeRole = targets.Role{
 	Name:      Role,
-	Files:     []images.File{images.GoModule("etcd", moduleFS("build"), ".", Binary)},
+	Files:     []images.File{images.GoModule("etcd", etcdserver.Module(), ".", Binary)},
 	StateDirs: []string{DataDir},
 }
 

@@ -11,7 +11,7 @@ import (
 const Client37 = "etcd-v3.7"
 
 // Client37Dir is the module that builds the etcd v3.7 client adapter,
-// relative to the repository (embedded, as BuildDir is): its go.mod.in pins go.etcd.io/etcd/client/v3
+// relative to the repository (embedded, as the server's module is): its go.mod.in pins go.etcd.io/etcd/client/v3
 // v3.7.3 beside the v3.6 that splitbrain itself is built with (one build
 // holds one version of a module).
 const Client37Dir = "targets/etcd/client37"

@@ -19,16 +19,17 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/splitbrain/splitbrain/internal/etcdserver"
 	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
-// Ports of an etcd member.
+// Ports of an etcd member (package etcdserver runs it).
 const (
-	ClientPort = 2379
-	PeerPort   = 2380
+	ClientPort = etcdserver.ClientPort
+	PeerPort   = etcdserver.PeerPort
 )
 
 // Role is the image role of etcd nodes.
@@ -36,7 +37,7 @@ const Role = "etcd"
 
 // DataDir is where a member keeps its data, inside its node; a restarted
 // node finds it again.
-const DataDir = "/var/lib/etcd"
+const DataDir = etcdserver.DataDir
 
 // Target is the etcd backend.
 type Target struct {
@@ -63,33 +64,6 @@ var UnsafeNoFsync = option.Enum("unsafe-no-fsync",
 	"false: members fsync their WAL before acknowledging (etcd's default); true: --unsafe-no-fsync, never (a power loss of a quorum may lose committed writes)",
 	"false", "true")
 
-// Command is member name's command line in a cluster of peers (name →
-// address); noFsync adds --unsafe-no-fsync.
-func Command(name string, addr string, peers map[string]string, token string, noFsync bool) []string {
-	var initial []string
-	for _, n := range targets.SortedNames(peers) {
-		initial = append(initial, fmt.Sprintf("%s=http://%s", n, net.JoinHostPort(peers[n], strconv.Itoa(PeerPort))))
-	}
-	cmd := []string{Binary,
-		"--name", name,
-		"--data-dir", DataDir,
-		"--listen-client-urls", fmt.Sprintf("http://0.0.0.0:%d", ClientPort),
-		"--advertise-client-urls", "http://" + net.JoinHostPort(addr, strconv.Itoa(ClientPort)),
-		"--listen-peer-urls", fmt.Sprintf("http://0.0.0.0:%d", PeerPort),
-		"--initial-advertise-peer-urls", "http://" + net.JoinHostPort(addr, strconv.Itoa(PeerPort)),
-		"--initial-cluster", strings.Join(initial, ","),
-		"--initial-cluster-state", "new",
-		"--initial-cluster-token", token,
-		"--heartbeat-interval", "100",
-		"--election-timeout", "1000",
-		"--log-level", "warn",
-	}
-	if noFsync {
-		cmd = append(cmd, "--unsafe-no-fsync")
-	}
-	return cmd
-}
-
 // Start implements targets.Target: it starts the members together and
 // waits until every one answers and they agree on a leader.
 func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Options) (targets.Cluster, error) {
@@ -102,7 +76,7 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 	nodes, err := targets.StartMembers(ctx, rt, names, func(name string) runtime.NodeSpec {
 		return runtime.NodeSpec{
 			Name: name, Role: Role, Image: opts.Images[Role],
-			Cmd:  Command(name, peers[name], peers, token, noFsync),
+			Cmd:  etcdserver.Command(name, peers[name], peers, token, noFsync),
 			Caps: append([]string{runtime.CapNetAdmin}, opts.ExtraCaps...),
 		}
 	})

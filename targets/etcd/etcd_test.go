@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -34,23 +33,6 @@ func TestClientEndpoints(t *testing.T) {
 		if (err == nil) != tt.ok || (tt.ok && !slices.Equal(got, tt.want)) {
 			t.Errorf("%s %s: %v %v", tt.client, tt.mode, got, err)
 		}
-	}
-}
-
-func TestCommandNamesEveryPeer(t *testing.T) {
-	peers := map[string]string{"n1": "10.0.0.1", "n2": "10.0.0.2", "n10": "10.0.0.10"}
-	cmd := strings.Join(Command("n2", "10.0.0.2", peers, "tok", false), " ")
-	for _, want := range []string{"--name n2", "--initial-cluster n1=http://10.0.0.1:2380,n2=http://10.0.0.2:2380,n10=http://10.0.0.10:2380",
-		"--advertise-client-urls http://10.0.0.2:2379", "--initial-cluster-token tok", "--data-dir " + DataDir} {
-		if !strings.Contains(cmd, want) {
-			t.Errorf("command lacks %q: %s", want, cmd)
-		}
-	}
-	if strings.Contains(cmd, "--unsafe-no-fsync") {
-		t.Errorf("default command turns fsync off: %s", cmd)
-	}
-	if cmd := Command("n2", "10.0.0.2", peers, "tok", true); cmd[len(cmd)-1] != "--unsafe-no-fsync" {
-		t.Errorf("unsafe-no-fsync=true: %q", cmd)
 	}
 }
 

@@ -5,12 +5,13 @@ import (
 	"io/fs"
 )
 
-// modules are the Go modules of their own that etcd's images need, with
-// their pinned versions (BuildDir: the etcd server; Client37Dir: the v3.7
-// client adapter), embedded so that a splitbrain binary builds them from
-// any directory (images.GoModule says how they are stored).
+// modules are the Go modules of their own that etcd's client images need,
+// with their pinned versions (Client37Dir: the v3.7 client adapter; the
+// server's is package etcdserver's), embedded so that a splitbrain binary
+// builds them from any directory (images.GoModule says how they are
+// stored).
 //
-//go:embed build/go.mod.in build/go.sum.in build/main.go client37/go.mod.in client37/go.sum.in client37/main.go
+//go:embed client37/go.mod.in client37/go.sum.in client37/main.go
 var modules embed.FS
 
 // moduleFS is the embedded module in directory dir.
