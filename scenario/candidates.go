@@ -207,9 +207,9 @@ var nonName = regexp.MustCompile(`[^A-Za-z0-9_.]+`)
 
 // DefaultCandidates are validate --candidates default: every registered
 // backend with each client that serves it (its own first), in its default
-// configuration; and, for a backend that keeps its tokens across restarts
-// only in another configuration (targets.Backend.DurableWith), the
-// backend with its own client in that configuration.
+// configuration; and, for a backend whose durable configuration
+// (targets.Backend.DurableWith) is not its default, the backend with its
+// own client in that configuration.
 func DefaultCandidates() []Candidate {
 	var out []Candidate
 	for _, b := range targets.Backends() {
@@ -220,7 +220,7 @@ func DefaultCandidates() []Candidate {
 			}
 			out = append(out, c)
 		}
-		if len(b.DurableWith) > 0 {
+		if len(b.DurableWith) > 0 && !b.Runs(nil, b.DurableWith) {
 			out = append(out, Candidate{Target: b.Name, RecipeOptions: maps.Clone(b.DurableWith)})
 		}
 	}

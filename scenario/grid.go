@@ -127,16 +127,16 @@ func (c Column) storeFenced() bool {
 	return c.Candidate.Store != "" && len(c.Candidate.StoreOptions) > 0
 }
 
-// hasOptions says the column's runs had every setting of want.
+// hasOptions says the column's runs had every setting of want (given, or
+// the backend's default).
 func (c Column) hasOptions(want map[string]string) bool {
-	if len(c.Rows) == 0 {
+	b, err := targets.Lookup(c.Target)
+	if err != nil || len(c.Rows) == 0 {
 		return false
 	}
 	for _, r := range c.Rows {
-		for k, v := range want {
-			if r.Options[k] != v {
-				return false
-			}
+		if !b.Runs(r.Options, want) {
+			return false
 		}
 	}
 	return true
