@@ -69,6 +69,10 @@ func (p *CompareProgress) Line() string {
 	if l := p.left(p.done, el); l > 0 || p.done == p.total {
 		left = fmt.Sprintf("about %v left", l.Round(time.Second))
 	}
+	if p.done == 0 {
+		// Images are made, or waited for, before the first run starts.
+		left += " (first runs: images and containers)"
+	}
 	return fmt.Sprintf("validate  %d/%d runs  %v gone  %s  %d failed so far", p.done, p.total, el.Round(time.Second), left, p.failed)
 }
 
