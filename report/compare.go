@@ -25,12 +25,16 @@ type CompareProgress struct {
 
 	mu      sync.Mutex
 	started time.Time
-	done    int
-	failed  int
+	// first is when the first run finished: the pace is measured from
+	// there (images made before the first run do not slow it).
+	first  time.Time
+	done   int
+	failed int
 }
 
 // NewCompareProgress returns the progress line of total runs on w; left
-// estimates the time left (nil: from the pace so far).
+// estimates the time left until a second run has finished (nil: from the
+// pace so far), and the pace since the first one finished after that.
 func NewCompareProgress(w io.Writer, total int, left func(done int, elapsed time.Duration) time.Duration) *CompareProgress {
 	p := &CompareProgress{w: w, total: total, left: left, now: time.Now, width: func() int { return TerminalWidth(w) }, tty: IsTerminal(w)}
 	p.started = p.now()
@@ -50,6 +54,9 @@ func NewCompareProgress(w io.Writer, total int, left func(done int, elapsed time
 func (p *CompareProgress) Done(failed bool) {
 	p.mu.Lock()
 	p.done++
+	if p.done == 1 {
+		p.first = p.now()
+	}
 	if failed {
 		p.failed++
 	}
@@ -65,8 +72,13 @@ func (p *CompareProgress) Line() string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	el := p.now().Sub(p.started)
+	l := p.left(p.done, el)
+	if p.done >= 2 {
+		// The pace since the first run finished.
+		l = p.now().Sub(p.first) / time.Duration(p.done-1) * time.Duration(max(0, p.total-p.done))
+	}
 	left := "time left unknown"
-	if l := p.left(p.done, el); l > 0 || p.done == p.total {
+	if l > 0 || p.done >= p.total {
 		left = fmt.Sprintf("about %v left", l.Round(time.Second))
 	}
 	if p.done == 0 {

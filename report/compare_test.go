@@ -20,9 +20,11 @@ func TestCompareProgress(t *testing.T) {
 	}
 	now = now.Add(40 * time.Second)
 	p.Done(false)
+	now = now.Add(20 * time.Second)
 	p.Done(true)
 	l := p.Line()
-	for _, w := range []string{"2/10 runs", "40s gone", "about 2m40s left", "1 failed so far"} {
+	// A run every 20 s since the first: 8 more take 2m40s.
+	for _, w := range []string{"2/10 runs", "1m0s gone", "about 2m40s left", "1 failed so far"} {
 		if !strings.Contains(l, w) {
 			t.Errorf("%q lacks %q", l, w)
 		}

@@ -118,6 +118,11 @@ func runValidate(cmd *cobra.Command, g *globalFlags, vf *validateFlags, mf *matr
 		return nil
 	}
 
+	if !cmd.Flags().Changed("log-level") {
+		// The runs' own progress (phases, faults) would bury the comparison's
+		// line: warnings and errors only, unless asked.
+		g.logLevel = "warn"
+	}
 	progress := report.NewCompareProgress(cmd.ErrOrStderr(), plan.Runs, plan.Remaining)
 	ctx, stopProgress := context.WithCancel(cmd.Context())
 	drawn := make(chan struct{})
