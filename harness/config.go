@@ -54,7 +54,8 @@ type Config struct {
 	// every critical section in flight when the last of them ended has
 	// completed, and every key has completed one since (a run that forces
 	// an event ends once the event happened and its outcome is in the
-	// history). TimeLimit still bounds the phase.
+	// history). No fault starts after the n-th has ended. TimeLimit still
+	// bounds the phase.
 	EndAfterFaults int `json:"end_after_faults,omitempty"`
 	// Concurrency is the number of client agents.
 	Concurrency int `json:"concurrency"`

@@ -11,7 +11,8 @@ import (
 // critical section in flight at that moment has completed (a paused or cut
 // off holder's late write is in the history, refused or not), and every
 // key has completed a critical section since (the lock came back). done is
-// closed then. It is fed events in the order they are appended, under the
+// closed then; faultsDone is closed at the n-th end, when the run stops
+// injecting faults. It is fed events in the order they are appended, under the
 // history writer's lock.
 type earlyEnd struct {
 	n int
@@ -23,12 +24,15 @@ type earlyEnd struct {
 	keys     map[string]bool // every key seen
 	since    map[string]bool // keys with a section completed since the n-th end
 	armed    bool            // the n-th fault has ended
-	done     chan struct{}
-	closed   bool
+	// faultsDone is closed when the n-th fault ends: no more faults are
+	// needed (later ones would only hold up what is being observed).
+	faultsDone chan struct{}
+	done       chan struct{}
+	closed     bool
 }
 
 func newEarlyEnd(n int) *earlyEnd {
-	return &earlyEnd{n: n, inFlight: map[int64]bool{}, keys: map[string]bool{}, done: make(chan struct{})}
+	return &earlyEnd{n: n, inFlight: map[int64]bool{}, keys: map[string]bool{}, faultsDone: make(chan struct{}), done: make(chan struct{})}
 }
 
 // Observe takes one appended event.
@@ -43,6 +47,7 @@ func (e *earlyEnd) Observe(ev history.Event) {
 		e.ended++
 		if e.ended == e.n {
 			e.armed = true
+			close(e.faultsDone)
 			e.waiting = make(map[int64]bool, len(e.inFlight))
 			for id := range e.inFlight {
 				e.waiting[id] = true

@@ -401,11 +401,22 @@ func (r *run) execute(ctx context.Context) error {
 		// The hard context aborts the test phase too.
 		stop := context.AfterFunc(hard, cancel)
 		defer stop()
+		// The nemesis stops with the test phase, or once the faults an
+		// early end waits for have ended.
+		nctx, stopFaults := context.WithCancel(tctx)
+		defer stopFaults()
 		if n := r.cfg.EndAfterFaults; n > 0 {
 			// Ends once the forced faults happened and their outcome was
 			// observed (TimeLimit still bounds it).
 			ee := newEarlyEnd(n)
 			defer r.hw.Observe(ee.Observe)()
+			go func() {
+				select {
+				case <-ee.faultsDone:
+					stopFaults()
+				case <-tctx.Done():
+				}
+			}()
 			go func() {
 				select {
 				case <-ee.done:
@@ -420,7 +431,7 @@ func (r *run) execute(ctx context.Context) error {
 		g.Go(protect(func() error { return wl.Run(tctx, r.clients, r.rec) }))
 		g.Go(protect(func() error {
 			rng := rand.New(rand.NewPCG(r.cfg.Seed, 0x6e656d))
-			return nemesis.Run(tctx, nems, r.env, r.cfg.Schedule(), rng, r.rec, r.log)
+			return nemesis.Run(nctx, nems, r.env, r.cfg.Schedule(), rng, r.rec, r.log)
 		}))
 		return g.Wait()
 	})
