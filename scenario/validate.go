@@ -386,11 +386,17 @@ var questions = []question{
 		exercised: func(_ targets.Backend, r Row) bool { return r.Partitions > 0 },
 		notTested: "the drill cut no holder off",
 		judge: func(_ targets.Backend, _, ex []Row) (Answer, string) {
-			late := sum(ex, func(r Row) int { return r.LateRejected })
-			ev := fmt.Sprintf("drill: %d partitions, %d late writes refused by fencing", sum(ex, func(r Row) int { return r.Partitions }), late)
 			// Fenced at the store by the row's version (no token): of two
 			// writes whose reads saw the same version the later is
-			// refused, the late writer's or the next holder's.
+			// refused, the late writer's or the next holder's; its
+			// refusals count here, not as a token's.
+			late := sum(ex, func(r Row) int {
+				if r.Fenced {
+					return r.LateRejected
+				}
+				return 0
+			})
+			ev := fmt.Sprintf("drill: %d partitions, %d late writes refused by fencing", sum(ex, func(r Row) int { return r.Partitions }), late)
 			if stale := sum(ex, func(r Row) int {
 				if r.Fenced {
 					return 0
