@@ -115,8 +115,14 @@ func (c Column) failure(it Item) string {
 		s += " — use --recipe-opt " + kvs(b.DurableWith)
 	case it.Question == qConsensus && b.LosesOnFailover:
 		s = "a failover may lose acknowledged grants (asynchronous replication) — fence at the store"
+	case it.Question == qConsensus && b.Size >= 3 && b.Leads:
+		s = "the fenced pattern broke while members were cut off or killed"
 	case it.Question == qConsensus:
-		s += fmt.Sprintf(" (%d lock nodes) — fence every write; for correctness prefer a consensus-backed service", b.Size)
+		nodes := fmt.Sprintf("%d lock nodes, no leader", b.Size)
+		if b.Size == 1 {
+			nodes = "a single lock node"
+		}
+		s += " (" + nodes + ") — fence every write; for correctness prefer a consensus-backed service"
 	}
 	return s
 }

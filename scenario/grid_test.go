@@ -101,6 +101,10 @@ func TestSummary(t *testing.T) {
 			[]string{"a failover may lose acknowledged grants"}},
 		{"no token", Column{Target: "redis", Client: "redsync", Items: []Item{{Question: qToken, Answer: NotApplicable, Why: WhyNoToken}, item(qOwner, Pass)}},
 			[]string{"keeps owner-checked release correct", "does not apply: fencing token (no token)"}},
+		{"consensus service failing", Column{Target: "etcd", Items: []Item{item(qConsensus, Fail)}},
+			[]string{"etcd: breaks: the fenced pattern broke while members were cut off or killed"}},
+		{"single node", Column{Target: "redis", Items: []Item{item(qConsensus, Fail)}, Rows: []Row{{}}},
+			[]string{"not a consensus-backed service (a single lock node)"}},
 		{"nothing ran", Column{Target: "etcd"}, []string{"etcd: no answer"}},
 	} {
 		s := tc.col.Summary()
