@@ -80,6 +80,23 @@ type Backend struct {
 	// Programs are programs of the splitbrain binary its nodes run as
 	// their main process (`splitbrain NAME [flags]`, hidden commands).
 	Programs []Program
+	// Local, when set, starts an in-process stand-in of its service on
+	// loopback, which `splitbrain client-check` checks an adapter against
+	// without Docker (Redis and Redlock: miniredis).
+	Local func(ctx context.Context) (*LocalService, error)
+}
+
+// LocalService is an in-process stand-in of a backend's service
+// (Backend.Local).
+type LocalService struct {
+	// Endpoints are its client addresses on loopback.
+	Endpoints []string
+	// Describe says what it is, in a few words.
+	Describe string
+	// Advance lets d pass for its leases by moving its clock.
+	Advance func(d time.Duration)
+	// Close stops it.
+	Close func()
 }
 
 // Role is one node role of a backend.

@@ -216,3 +216,14 @@ type LeaderFinder interface {
 	// Leader returns the node that currently leads.
 	Leader(ctx context.Context) (runtime.Node, error)
 }
+
+// CutShort says that ctx is done or its deadline has passed. A client
+// whose socket deadline is ctx's sees its I/O time out a moment before ctx
+// reports an error, so a round of a lock recipe that failed when CutShort
+// was cut by the caller's own deadline, not refused by the service: it
+// keeps the verdict of the round before (busy, say) instead of counting
+// as unavailable.
+func CutShort(ctx context.Context) bool {
+	d, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(d)
+}

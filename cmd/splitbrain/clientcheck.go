@@ -13,21 +13,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/alicebob/miniredis/v2"
 	"github.com/spf13/cobra"
 
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/external"
 )
-
-// miniredisVersion is the in-process Redis client-check runs (go.mod pins
-// it).
-var miniredisVersion = targets.ModuleVersion("github.com/alicebob/miniredis/v2")
-
-// redisMasters is how many in-process Redis servers stand in for each
-// Redis-protocol backend.
-var redisMasters = map[string]int{"redis": 1, "redlock": 5}
 
 func newClientCheckCmd(g *globalFlags) *cobra.Command {
 	var (
@@ -37,21 +28,28 @@ func newClientCheckCmd(g *globalFlags) *cobra.Command {
 		dir       string
 		opts      []string
 		asJSON    bool
+		recipe    string
 	)
 	cmd := &cobra.Command{
-		Use:   "client-check [flags] -- CMD [ARGS...]",
+		Use:   "client-check [flags] {-- CMD [ARGS...] | --recipe KIND}",
 		Short: "Check a lock client adapter against the client protocol, without Docker",
 		Long: "client-check runs your adapter (docs/client-protocol.md) twice against a lock service and names every\n" +
 			"protocol mistake in plain words: the handshake, busy between two instances on one key, release and\n" +
 			"re-acquire, tokens growing, not_owner after expiry, deadlines, close. For the Redis-protocol backends\n" +
 			"(redis, redlock) the service is an in-process Redis (miniredis; five of them for redlock) whose clock\n" +
 			"client-check moves to expire leases; for any other backend give --endpoints of a service you run on\n" +
-			"loopback, and leases expire by waiting their TTL. Exit 0 when every step passes, 1 otherwise.",
+			"loopback, and leases expire by waiting their TTL. --recipe KIND checks a shipped Go recipe instead,\n" +
+			"served over the same protocol by this binary (the hidden `splitbrain adapter KIND`): the built-in\n" +
+			"clients are held to the contract a user's adapter is. Exit 0 when every step passes, 1 otherwise.",
 		Example: "  splitbrain client-check -- python3 targets/redis/redispy/redis_py_lock.py\n" +
-			"  splitbrain client-check --backend etcd --endpoints 127.0.0.1:2379 -- ./my-etcd-adapter",
+			"  splitbrain client-check --backend etcd --endpoints 127.0.0.1:2379 -- ./my-etcd-adapter\n" +
+			"  splitbrain client-check --recipe redsync --backend redlock",
 		Args: func(cmd *cobra.Command, args []string) error {
-			if len(args) == 0 {
-				return &usageError{errors.New("give the adapter's command after --, e.g. client-check -- python3 my_lock.py")}
+			switch {
+			case recipe != "" && len(args) > 0:
+				return &usageError{errors.New("give either --recipe or the adapter's command after --, not both")}
+			case recipe == "" && len(args) == 0:
+				return &usageError{errors.New("give the adapter's command after --, e.g. client-check -- python3 my_lock.py (or --recipe KIND for a shipped one)")}
 			}
 			return nil
 		},
@@ -64,10 +62,21 @@ func newClientCheckCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return &usageError{err}
 			}
+			if recipe != "" {
+				if args, err = recipeAdapter(recipe, &backend, cmd.Flags().Changed("backend")); err != nil {
+					return err
+				}
+			}
 			if err := checkClientCheckInput(backend, endpoints, ttl, dir, args[0]); err != nil {
 				return err
 			}
-			svc, stop, err := checkService(backend, endpoints)
+			ctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Minute)
+			defer cancel()
+			b, _ := targets.Lookup(backend) // checked above
+			svc, stop, err := external.ServiceFor(ctx, b, endpoints)
+			if errors.Is(err, external.ErrNoLocal) {
+				return &usageError{fmt.Errorf("--backend %s: give --endpoints of the %s you run on loopback (client-check brings its own service only for %s)", backend, backend, strings.Join(localBackends(), ", "))}
+			}
 			if err != nil {
 				return err
 			}
@@ -76,8 +85,6 @@ func newClientCheckCmd(g *globalFlags) *cobra.Command {
 			if len(args) > 1 {
 				command = runtime.ShellLine(args)
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), 3*time.Minute)
-			defer cancel()
 			rep := external.Check(ctx, svc, external.CheckOptions{Command: command, Dir: dir, TTL: ttl, Options: options, Log: log.With("component", "adapter")})
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -97,6 +104,7 @@ func newClientCheckCmd(g *globalFlags) *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&backend, "backend", "redis", "the lock service the adapter is told it talks to (its hello's backend)")
 	f.StringSliceVar(&endpoints, "endpoints", nil, "addresses of a lock service you run (default for redis and redlock: in-process Redis)")
+	f.StringVar(&recipe, "recipe", "", "check a shipped Go recipe (a lock client built in), served over the protocol, instead of an adapter; --backend defaults to the first it serves")
 	f.DurationVar(&ttl, "ttl", 2*time.Second, "lease TTL the adapter is asked for")
 	f.StringVar(&dir, "dir", "", "the adapter's working directory (default: this one)")
 	f.StringArrayVar(&opts, "recipe-opt", nil, "option key=value sent in hello (repeatable)")
@@ -140,57 +148,56 @@ func checkClientCheckInput(backend string, endpoints []string, ttl time.Duration
 	return nil
 }
 
-// checkService is the lock service client-check runs against: in-process
-// Redis servers for the Redis-protocol backends, else the user's
-// endpoints.
-func checkService(backend string, endpoints []string) (external.Service, func(), error) {
-	if len(endpoints) > 0 {
-		return external.Service{
-			Backend: backend, Endpoints: endpoints,
-			Describe: fmt.Sprintf("%s at %s (leases expire by waiting their TTL)", backend, strings.Join(endpoints, ", ")),
-			Expire: func(ctx context.Context, ttl time.Duration) error {
-				select {
-				case <-ctx.Done():
-					return ctx.Err()
-				case <-time.After(ttl + time.Second):
-					return nil
-				}
-			},
-		}, func() {}, nil
+// recipeAdapter is the command line of this binary serving the shipped
+// Go recipe kind over the client protocol; it sets *backend to the first
+// backend the recipe serves unless the user gave one.
+func recipeAdapter(kind string, backend *string, backendGiven bool) ([]string, error) {
+	r, err := targets.LookupRecipe(kind)
+	if err != nil {
+		return nil, &usageError{fmt.Errorf("--recipe: %w", err)}
 	}
-	n, ok := redisMasters[backend]
-	if !ok {
-		return external.Service{}, nil, &usageError{fmt.Errorf("--backend %s: give --endpoints of a %s you run on loopback (client-check brings its own service only for redis and redlock)", backend, backend)}
+	if r.New == nil {
+		return nil, &usageError{fmt.Errorf("--recipe %s runs an adapter process of its own (%s): check it with client-check -- %s, in the folder that holds it", kind, r.Adapter, r.Adapter)}
 	}
-	var servers []*miniredis.Miniredis
-	stop := func() {
-		for _, m := range servers {
-			m.Close()
+	if !backendGiven {
+		*backend = r.Backends[0]
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("--recipe: where this binary is: %w", err)
+	}
+	return []string{self, "adapter", kind}, nil
+}
+
+// localBackends names the backends client-check can run in process.
+func localBackends() []string {
+	var out []string
+	for _, b := range targets.Backends() {
+		if b.Local != nil {
+			out = append(out, b.Name)
 		}
 	}
-	for range n {
-		m := miniredis.NewMiniRedis()
-		if err := m.StartAddr("127.0.0.1:0"); err != nil {
-			stop()
-			return external.Service{}, nil, fmt.Errorf("start an in-process Redis: %w", err)
-		}
-		servers = append(servers, m)
-		endpoints = append(endpoints, m.Addr())
+	return out
+}
+
+// newAdapterCmd is the hidden `splitbrain adapter KIND`: a shipped Go
+// recipe speaking the client protocol on stdin and stdout.
+func newAdapterCmd(g *globalFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:    "adapter KIND",
+		Short:  "Serve a shipped Go lock recipe over the client protocol on stdin/stdout (client-check --recipe runs it)",
+		Hidden: true,
+		Args:   exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log, err := g.logger(os.Stderr)
+			if err != nil {
+				return err
+			}
+			r, err := targets.LookupRecipe(args[0])
+			if err != nil {
+				return &usageError{err}
+			}
+			return external.Serve(cmd.Context(), r, os.Stdin, os.Stdout, log)
+		},
 	}
-	return external.Service{
-		Backend: backend, Endpoints: endpoints,
-		Describe: fmt.Sprintf("%d in-process Redis (miniredis %s) at %s; leases expire when client-check moves its clock", n, miniredisVersion, strings.Join(endpoints, ", ")),
-		Expire: func(_ context.Context, ttl time.Duration) error {
-			for _, m := range servers {
-				m.FastForward(ttl + 100*time.Millisecond)
-			}
-			return nil
-		},
-		Advance: func(_ context.Context, d time.Duration) error {
-			for _, m := range servers {
-				m.FastForward(d)
-			}
-			return nil
-		},
-	}, stop, nil
 }

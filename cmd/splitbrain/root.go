@@ -173,6 +173,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newServeCmd(g),
 		newBenchLoopCmd(g),
 		newClientCheckCmd(g),
+		newAdapterCmd(g),
 		newReferenceCmd(g),
 	}
 	root.AddCommand(cmds...)

@@ -559,3 +559,42 @@ func (c *checker) unsupported(ctx context.Context, l *Locker) {
 		c.fail("unsupported", "a request of an unknown type was answered %q", rep.Type)
 	}
 }
+
+// ServiceFor is the lock service a conformance check of an adapter for
+// backend b runs against: the service at endpoints when given (leases
+// expire by waiting their TTL out), else the backend's in-process
+// stand-in (Backend.Local), whose clock the check moves. It returns a
+// stop function; an error when neither is possible.
+func ServiceFor(ctx context.Context, b targets.Backend, endpoints []string) (Service, func(), error) {
+	if len(endpoints) > 0 {
+		return Service{
+			Backend: b.Name, Endpoints: endpoints,
+			Describe: fmt.Sprintf("%s at %s (leases expire by waiting their TTL)", b.Name, strings.Join(endpoints, ", ")),
+			Expire: func(ctx context.Context, ttl time.Duration) error {
+				return Service{}.advance(ctx, ttl+time.Second)
+			},
+		}, func() {}, nil
+	}
+	if b.Local == nil {
+		return Service{}, nil, ErrNoLocal
+	}
+	l, err := b.Local(ctx)
+	if err != nil {
+		return Service{}, nil, err
+	}
+	return Service{
+		Backend: b.Name, Endpoints: l.Endpoints, Describe: l.Describe,
+		Expire: func(_ context.Context, ttl time.Duration) error {
+			l.Advance(ttl + 100*time.Millisecond)
+			return nil
+		},
+		Advance: func(_ context.Context, d time.Duration) error {
+			l.Advance(d)
+			return nil
+		},
+	}, l.Close, nil
+}
+
+// ErrNoLocal says that a backend has no in-process stand-in: a check needs
+// the endpoints of a service the user runs.
+var ErrNoLocal = errors.New("no in-process stand-in of this service")

@@ -20,10 +20,14 @@ import (
 )
 
 // The test binary doubles as a fake adapter: with FAKE_ADAPTER set it
-// speaks the protocol on stdin/stdout, misbehaving as the mode says.
+// speaks the protocol on stdin/stdout, misbehaving as the mode says; with
+// SERVE_RECIPE set it serves that shipped recipe (conformance_test.go).
 func TestMain(m *testing.M) {
 	if mode := os.Getenv("FAKE_ADAPTER"); mode != "" {
 		os.Exit(fakeAdapter(mode))
+	}
+	if kind := os.Getenv("SERVE_RECIPE"); kind != "" {
+		os.Exit(serveRecipe(kind))
 	}
 	os.Exit(m.Run())
 }

@@ -35,6 +35,7 @@ func init() {
 		// aof-everysec survives a kill, not a power loss (docs/durability.md).
 		UnsyncedWith: map[string]string{"persistence": "aof-everysec"},
 		Options:      option.Decls(node.Persistence),
+		Local:        local(1),
 	})
 	targets.RegisterRecipe(targets.Recipe{
 		Kind:     Name,

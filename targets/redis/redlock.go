@@ -50,6 +50,7 @@ func init() {
 		// aof-everysec survives a kill, not a power loss (docs/durability.md).
 		UnsyncedWith: map[string]string{"persistence": "aof-everysec"},
 		Options:      option.Decls(node.Persistence),
+		Local:        local(Masters),
 	})
 }
 

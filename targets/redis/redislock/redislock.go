@@ -82,7 +82,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error)
 		switch {
 		case errors.Is(err, bsm.ErrNotObtained):
 			last = fmt.Errorf("acquire %s: %w: %w", key, targets.ErrBusy, err)
-		case cut(ctx) && last != nil:
+		case targets.CutShort(ctx) && last != nil:
 		default:
 			last = fmt.Errorf("acquire %s: %w: %w", key, targets.ErrUnavailable, err)
 		}
@@ -92,14 +92,6 @@ func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error)
 		case <-time.After(l.retry):
 		}
 	}
-}
-
-// cut says that ctx is done or its deadline has passed: the client's
-// socket deadline is ctx's, so its I/O timeout can come a moment before
-// ctx reports an error.
-func cut(ctx context.Context) bool {
-	d, ok := ctx.Deadline()
-	return ctx.Err() != nil || ok && !time.Now().Before(d)
 }
 
 // Close implements targets.Locker.

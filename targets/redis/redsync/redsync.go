@@ -103,7 +103,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error)
 			return &lease{m: m, key: key}, nil
 		}
 		switch {
-		case ctx.Err() != nil && last != nil:
+		case targets.CutShort(ctx) && last != nil:
 		case busy(err):
 			last = fmt.Errorf("acquire %s: %w: %w", key, targets.ErrBusy, err)
 		default:

@@ -205,7 +205,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error)
 			last = fmt.Errorf("acquire %s: %w: %w", key, targets.ErrUnavailable, err)
 		case errors.Is(err, goredis.Nil):
 			last = fmt.Errorf("acquire %s: %w", key, targets.ErrBusy)
-		case ctx.Err() != nil && last != nil:
+		case targets.CutShort(ctx) && last != nil:
 			// Our own deadline cut this attempt: keep the last verdict.
 		default:
 			last = fmt.Errorf("acquire %s: %w: %w", key, targets.ErrUnavailable, err)
