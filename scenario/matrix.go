@@ -502,6 +502,11 @@ type Row struct {
 	ClientPauses int `json:"client_pauses,omitempty"`
 	NodePauses   int `json:"node_pauses,omitempty"`
 	Partitions   int `json:"partitions,omitempty"`
+	// PowerLosses counts the power cuts of lock-service nodes (the
+	// power-loss fault: what they had not fsynced is gone), and
+	// PowerLossMost is the most nodes one of them cut at once.
+	PowerLosses   int `json:"power_losses,omitempty"`
+	PowerLossMost int `json:"power_loss_most,omitempty"`
 	// Mismatches are the ways the run differed from its expectation; an
 	// empty list (and no Error) is a pass.
 	Mismatches []string `json:"mismatches,omitempty"`
@@ -877,6 +882,11 @@ func (r *Row) countFaults(ws []checkers.Window) {
 			}
 		case "partition":
 			r.Partitions++
+		case faultPowerLoss:
+			if len(w.Targets) > 0 && !client(w.Targets) && w.Targets[0] != "store" {
+				r.PowerLosses++
+				r.PowerLossMost = max(r.PowerLossMost, len(w.Targets))
+			}
 		}
 	}
 }

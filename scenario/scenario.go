@@ -232,8 +232,11 @@ var Renewing = ClientNeed("a client that renews its lease", func(_ targets.Backe
 // registry knows them: a scenario does not import a fault's package
 // (internal/layers: only catalog imports plug-ins).
 const (
-	faultClock  = "clock"
-	faultPacket = "packet"
+	faultClock = "clock"
+	// faultPowerLoss is the power-loss fault (nemesis/powerloss): lock
+	// nodes lose what they had not fsynced, then restart.
+	faultPowerLoss = "power-loss"
+	faultPacket    = "packet"
 )
 
 // The store-side fence for a client with no token, named as the store

@@ -103,6 +103,24 @@ func TestChecklistItems(t *testing.T) {
 				r.Options = map[string]string{"fsync": "off"}
 			}),
 		}, Fail, "; it keeps its tokens across restarts with --recipe-opt fsync=on"},
+		{"token: killed, never cut from power, says so", qToken, singleShape, []Row{
+			run("token-across-restarts", func(r *Row) { r.NodeKills, r.Rejections = 3, 4 }),
+		}, Pass, "no run cut its power, so whether it fsyncs its tokens before giving them was not tested"},
+		{"token: its power cut, tokens in order", qToken, fsyncShape, []Row{
+			run("token-across-restarts", func(r *Row) { r.PowerLosses, r.PowerLossMost, r.Rejections = 2, 1, 4 }),
+		}, Pass, "1 of them killed the lock service or cut its power (0 kills, 0 of its leader; 2 power losses)"},
+		{"token: its power cut unsynced, tokens back", qToken, fsyncShape, []Row{
+			run("token-across-restarts", func(r *Row) {
+				r.PowerLosses, r.PowerLossMost, r.NonMonotonic, r.Lock, r.Verdict = 2, 1, 7, checkers.Invalid, checkers.Invalid
+				r.Options = map[string]string{"fsync": "off"}
+			}),
+		}, Fail, "7 grants out of token order, 1 runs whose lock broke its fence order, 0 stale writes refused by the store; it keeps its tokens across restarts with --recipe-opt fsync=on"},
+		{"token: one member of three cut from power is not a test", qToken, leaderShape, []Row{
+			run("token-across-restarts", func(r *Row) { r.PowerLosses, r.PowerLossMost, r.Rejections = 3, 1, 4 }),
+		}, NotTested, "0 of them killed the lock service or cut its power"},
+		{"token: a quorum cut from power", qToken, leaderShape, []Row{
+			run("token-across-restarts", func(r *Row) { r.PowerLosses, r.PowerLossMost, r.Rejections = 3, 2, 4 }),
+		}, Pass, "3 power losses"},
 		{"token: killed, but no stale write reached the store", qToken, singleShape, []Row{
 			run("token-across-restarts", func(r *Row) { r.NodeKills = 3 }),
 		}, NotTested, "its check was not exercised"},
@@ -313,10 +331,13 @@ func TestCountFaults(t *testing.T) {
 		{F: "pause", Targets: []string{"n3"}, Detail: "SIGSTOP"},
 		{F: "pause", Targets: []string{"store"}, Detail: "SIGSTOP"},
 		{F: "partition", Targets: []string{"c1", "n1"}, Detail: "clients-from-locks: n1 drops [c1]"},
+		{F: "power-loss", Targets: []string{"n1", "n3"}, Detail: "n1 lost 8 unsynced bytes in 2 files"},
+		{F: "power-loss", Targets: []string{"n2"}},
 	})
-	want := Row{NodeKills: 2, LeaderKills: 1, ClientKills: 1, ClientPauses: 1, NodePauses: 1, Partitions: 1}
+	want := Row{NodeKills: 2, LeaderKills: 1, ClientKills: 1, ClientPauses: 1, NodePauses: 1, Partitions: 1, PowerLosses: 2, PowerLossMost: 2}
 	if r.NodeKills != want.NodeKills || r.LeaderKills != want.LeaderKills || r.ClientKills != want.ClientKills ||
-		r.ClientPauses != want.ClientPauses || r.NodePauses != want.NodePauses || r.Partitions != want.Partitions {
+		r.ClientPauses != want.ClientPauses || r.NodePauses != want.NodePauses || r.Partitions != want.Partitions ||
+		r.PowerLosses != want.PowerLosses || r.PowerLossMost != want.PowerLossMost {
 		t.Fatalf("counted %+v", r)
 	}
 }
