@@ -57,6 +57,14 @@ func TestFaultSettings(t *testing.T) {
 			t.Fatalf("clock settings %+v", cs)
 		}
 	})
+	t.Run("majority drift", func(t *testing.T) {
+		c := apply("redlock-clock-drift")
+		cs := nemesis.SpecOf[*clock.Spec](c.Faults)
+		if cs.Modes.String() != clock.ModeDrift || cs.Count != 3 || cs.MinRate != cs.MaxRate || cs.MinRate <= 1 || cs.Direction != clock.DirForward ||
+			c.LeaseTTL != 2*time.Second || c.Work >= c.LeaseTTL*99/100 {
+			t.Fatalf("clock settings %+v, TTL %v, work %v", cs, c.LeaseTTL, c.Work)
+		}
+	})
 	// Every entry applies without a panic (a setting the fault does not
 	// have, a value it refuses).
 	for _, s := range Catalogue() {

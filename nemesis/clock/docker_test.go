@@ -6,6 +6,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"testing"
@@ -270,5 +272,143 @@ while True:
 	time.Sleep(1500 * time.Millisecond)
 	if got := skew(reset.Add(300 * time.Millisecond)); got.Abs() > 300*time.Millisecond {
 		t.Fatalf("after the reset python reads %v", got)
+	}
+}
+
+// TestClockDriftInContainers drifts clocks inside real containers and
+// measures each process's own clock at two moments: Redis (a C program,
+// through the LD_PRELOAD shim; its clock read with TIME) at 2x, and a Go
+// program (the client agent, by vDSO injection; read by calling its own
+// clock_gettime) at 2x realtime and 0.5x monotonic — each rate within
+// clockskew.RateTolerance plus the readings' uncertainty. Redis's keys
+// expire on its drifting clock: a TTL falls twice as fast. Then a drift
+// fault of the nemesis on the Redis node measures its rate at heal, and
+// every clock is back on true time.
+func TestClockDriftInContainers(t *testing.T) {
+	cli := testenv.Docker(t)
+	imgs := testenv.Images(t, cli, images.RoleClient, redis.Role)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("d%d", time.Now().UnixNano()%1e9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := rt.Close(context.Background()); err != nil {
+			t.Error(err)
+		}
+	})
+	cluster, err := redis.Target{}.Start(ctx, rt, targets.Options{Images: imgs, TTL: 2 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n1 := cluster.Nodes()[0]
+	c1, err := rt.Start(ctx, runtime.NodeSpec{
+		Name: "c1", Role: runtime.RoleClient, Image: imgs[images.RoleClient], Interactive: true,
+		Cmd:  []string{clockskew.Helper, "agent"},
+		Caps: []string{runtime.CapNetAdmin, runtime.CapSysPtrace},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nm := &clock.Nemesis{
+		Modes: []string{clock.ModeDrift}, Weights: map[string]int{nemesis.GroupNode: 1},
+		MinOffset: time.Second, MaxOffset: time.Second, StrobeMin: 50 * time.Millisecond, StrobeMax: 200 * time.Millisecond,
+		MinRate: 1.5, MaxRate: 1.5, Count: 1,
+		Shims: map[string]clockskew.Shim{redis.Role: {Now: redis.ServerTime}},
+	}
+	env := &nemesis.Env{Nodes: []runtime.Node{n1}, Clients: []runtime.Node{c1}}
+	if err := nm.Prepare(ctx, env, slog.New(slog.DiscardHandler)); err != nil {
+		t.Fatal(err)
+	}
+	server, agent := nm.Process(n1), nm.Process(c1)
+	const over = 2 * time.Second
+	measure := func(p *clockskew.Process, want clockskew.Rates) {
+		t.Helper()
+		got, err := p.MeasureRate(ctx, over)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s (%s) asked %s: measured %s", p.Node().Name(), p.Via(), want, got)
+		if err := clockskew.CheckRate(p.Node().Name(), got, want); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	redisRates := clockskew.Rates{Realtime: clockskew.PPM(2)}
+	if err := server.Drift(ctx, clockskew.Offsets{}, redisRates); err != nil {
+		t.Fatal(err)
+	}
+	measure(server, redisRates)
+	// Redis's own expiry runs on the drifting clock: PTTL falls 2 ms per
+	// true ms.
+	redisCLI := func(args ...string) (string, time.Time, time.Duration) {
+		t.Helper()
+		before := time.Now()
+		out, err := runtime.Run(ctx, n1, append([]string{"redis-cli", "-h", "127.0.0.1"}, args...)...)
+		after := time.Now()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(out)), before.Add(after.Sub(before) / 2), after.Sub(before) / 2
+	}
+	if got, _, _ := redisCLI("SET", "lock:k", "holder", "PX", "20000"); got != "OK" {
+		t.Fatalf("SET: %q", got)
+	}
+	pttl := func() (int64, time.Time, time.Duration) {
+		t.Helper()
+		s, at, half := redisCLI("PTTL", "lock:k")
+		v, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("PTTL: %q", s)
+		}
+		return v, at, half
+	}
+	p0, at0, h0 := pttl()
+	time.Sleep(over)
+	p1, at1, h1 := pttl()
+	el := at1.Sub(at0)
+	expiryRate := float64(p0-p1) * float64(time.Millisecond) / float64(el)
+	unc := float64(h0+h1+2*time.Millisecond) / float64(el)
+	t.Logf("redis PTTL fell %d ms in %s: rate %.3fx ±%.3f", p0-p1, el.Round(time.Millisecond), expiryRate, unc)
+	if math.Abs(expiryRate-2) > clockskew.RateTolerance+unc {
+		t.Fatalf("a key's TTL fell at %.3fx, want 2x (±%.3f)", expiryRate, clockskew.RateTolerance+unc)
+	}
+
+	agentRates := clockskew.Rates{Realtime: clockskew.PPM(2), Monotonic: clockskew.PPM(0.5)}
+	if err := agent.Drift(ctx, clockskew.Offsets{}, agentRates); err != nil {
+		t.Fatal(err)
+	}
+	measure(agent, agentRates)
+	for _, p := range []*clockskew.Process{server, agent} {
+		if err := p.Reset(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The nemesis's drift: the rate measured over the fault, at heal.
+	f, err := nm.Inject(ctx, env, rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(over)
+	if err := f.Heal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m := clock.Measured(f)
+	if len(m) != 1 || math.Abs(m[0].Realtime-1.5) > clockskew.RateTolerance+m[0].Uncertainty {
+		t.Fatalf("drift fault %q measured %v, want 1.5x", f.Detail(), m)
+	}
+	t.Logf("fault %s: measured %s", f.Detail(), m[0])
+	for _, p := range []*clockskew.Process{server, agent} {
+		if _, err := p.Verify(ctx, clockskew.Offsets{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := nm.Skewed(); len(s) != 0 {
+		t.Fatalf("still skewed: %v", s)
+	}
+	if err := nm.Finish(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

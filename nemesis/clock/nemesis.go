@@ -624,7 +624,7 @@ func (nm *Nemesis) startDrift(ctx context.Context, p *clockskew.Process, r clock
 	if err := p.Drift(ctx, clockskew.Offsets{}, r); err != nil {
 		return clockskew.Observation{}, err
 	}
-	obs, err := p.Observe(ctx)
+	obs, err := p.ObserveBest(ctx, 3)
 	if err != nil {
 		return obs, err
 	}
@@ -708,7 +708,7 @@ func (f *fault) measure(ctx context.Context) error {
 	var errs []error
 	f.measured = make([]clockskew.RateReading, len(f.procs))
 	for i, p := range f.procs {
-		obs, err := p.Observe(ctx)
+		obs, err := p.ObserveBest(ctx, 3)
 		if err == nil {
 			f.measured[i], err = clockskew.RateBetween(f.start[i], obs)
 		}
