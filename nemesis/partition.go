@@ -333,7 +333,11 @@ func (p *Partition) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault
 	}
 	f := &partitionFault{topology: name, grudge: g, env: env}
 	if err := Apply(ctx, env, g); err != nil {
-		herr := heal(context.WithoutCancel(ctx), env.all(), g)
+		// Bounded: a node frozen by another fault may never thaw if that
+		// fault's heal fails.
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		herr := heal(hctx, env.all(), g)
 		return nil, errors.Join(fmt.Errorf("partition %s: %w", name, err), herr)
 	}
 	return f, nil

@@ -47,11 +47,12 @@ func between(rng *rand.Rand, lo, hi time.Duration) time.Duration {
 	return lo + time.Duration(rng.Int64N(int64(hi-lo)+1))
 }
 
-// Optional parts of a [Fault], found by type assertion, for faults that
-// overlap: a heal that starts a node's processes afresh (a kill's restart, a
-// power loss's reboot) undoes what other faults in force installed inside
-// that node (firewall rules in its network namespace), and [Run] has them
-// put it back.
+// Optional parts of a [Fault] (and of a [Nemesis]), found by type
+// assertion, for faults that overlap: a heal that starts a node's processes
+// afresh (a kill's restart, a power loss's reboot) undoes what other faults
+// in force installed inside that node (firewall rules in its network
+// namespace), and [Run] has them put it back, and every nemesis that
+// installs something for the whole run.
 type (
 	// Restarting is a fault whose heal starts nodes afresh.
 	Restarting interface {
@@ -59,10 +60,12 @@ type (
 		Restarted() []string
 	}
 	// Restorer is a fault that can put back, in one node started afresh
-	// while the fault is in force, what it installed there.
+	// while the fault is in force, what it installed there; or a nemesis
+	// that installs something in nodes for the whole run (the packet
+	// proxies' capture rules in the clients).
 	Restorer interface {
-		// Restore reinstalls the fault in node (nothing when the fault
-		// installed nothing there, or is healed already); it is safe to
+		// Restore reinstalls it in node (nothing when nothing was
+		// installed there, or the fault is healed already); it is safe to
 		// call concurrently with Heal.
 		Restore(ctx context.Context, node string) error
 	}
@@ -99,7 +102,7 @@ func Run(ctx context.Context, nemeses []Nemesis, env *Env, sched Schedule, rng *
 	}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
-	s := &scheduler{env: env, sched: sched, rec: rec, log: log, inForce: map[*inForce]bool{}}
+	s := &scheduler{env: env, sched: sched, rec: rec, log: log, nemeses: nemeses, inForce: map[*inForce]bool{}}
 	var lanes []*lane
 	if sched.Overlap {
 		for _, n := range nemeses {
@@ -128,10 +131,11 @@ func Run(ctx context.Context, nemeses []Nemesis, env *Env, sched Schedule, rng *
 
 // scheduler is what Run's lanes share.
 type scheduler struct {
-	env   *Env
-	sched Schedule
-	rec   *history.Recorder
-	log   *slog.Logger
+	env     *Env
+	sched   Schedule
+	rec     *history.Recorder
+	log     *slog.Logger
+	nemeses []Nemesis
 
 	mu       sync.Mutex
 	inForce  map[*inForce]bool
@@ -243,6 +247,13 @@ func (s *scheduler) heal(ctx context.Context, a *inForce) {
 		return
 	}
 	for _, node := range r.Restarted() {
+		for _, n := range s.nemeses {
+			if rs, ok := n.(Restorer); ok {
+				if err := safely(func() error { return rs.Restore(hctx, node) }); err != nil {
+					s.log.Warn("nemesis not restored after a restart", "nemesis", n.Name(), "node", node, "err", err)
+				}
+			}
+		}
 		for _, o := range others {
 			if rs, ok := o.fault.(Restorer); ok {
 				if err := safely(func() error { return rs.Restore(hctx, node) }); err != nil {

@@ -498,3 +498,43 @@ func TestPartitionRestore(t *testing.T) {
 		t.Fatalf("restore after the heal installed rules again (%v)", err)
 	}
 }
+
+// restoringKind is a nemesis that installs something in nodes for the whole
+// run (as the packet proxies' capture rules).
+type restoringKind struct{ *fakeKind }
+
+func (k restoringKind) Restore(_ context.Context, node string) error {
+	k.tr.mu.Lock()
+	defer k.tr.mu.Unlock()
+	k.tr.restored = append(k.tr.restored, "nemesis "+k.name+"@"+node)
+	return nil
+}
+
+// TestRunRestoresNemesesAfterRestart: a nemesis that installs something
+// for the whole run is asked to restore it in every node a heal restarted,
+// one fault at a time as well as overlapping.
+func TestRunRestoresNemesesAfterRestart(t *testing.T) {
+	for _, overlap := range []bool{false, true} {
+		t.Run(fmt.Sprint("overlap=", overlap), func(t *testing.T) {
+			tr := newTracker()
+			kill := &fakeKind{name: "kill", tr: tr, restart: true}
+			pkt := restoringKind{&fakeKind{name: "packet", tr: tr}}
+			rec, _ := recorder(t)
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			sched := Schedule{Interval: 5 * time.Millisecond, MinDuration: 5 * time.Millisecond, MaxDuration: 10 * time.Millisecond, Overlap: overlap}
+			if err := Run(ctx, []Nemesis{kill, pkt}, &Env{}, sched, rand.New(rand.NewPCG(4, 4)), rec, slog.New(slog.DiscardHandler)); err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			for _, r := range tr.restored {
+				if r == "nemesis packet@n-kill" {
+					n++
+				}
+			}
+			if tr.healed["kill"] == 0 || n != tr.healed["kill"] {
+				t.Fatalf("%d kills healed, the packet nemesis restored %d times (%v)", tr.healed["kill"], n, tr.restored)
+			}
+		})
+	}
+}

@@ -281,6 +281,7 @@ var (
 	_ nemesis.Finisher   = (*Nemesis)(nil)
 	_ nemesis.Closer     = (*Nemesis)(nil)
 	_ nemesis.CapsNeeder = (*Nemesis)(nil)
+	_ nemesis.Restorer   = (*Nemesis)(nil)
 
 	_ nemesis.HolderTargeter = (*Nemesis)(nil)
 )
@@ -389,6 +390,19 @@ func (nm *Nemesis) Prepare(ctx context.Context, env *nemesis.Env, log *slog.Logg
 		if err := m.capture(ctx, env); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// Restore implements nemesis.Restorer: a client started afresh (a kill
+// healed) gets the proxies' capture rules back in its new network
+// namespace.
+func (nm *Nemesis) Restore(ctx context.Context, node string) error {
+	nm.mu.Lock()
+	m := nm.mech
+	nm.mu.Unlock()
+	if pm, ok := m.(*proxyMech); ok {
+		return pm.restore(ctx, node)
 	}
 	return nil
 }

@@ -170,21 +170,42 @@ func (m *proxyMech) capture(ctx context.Context, env *nemesis.Env) error {
 	return errors.Join(errs...)
 }
 
+// restore puts the capture rules back in client, started afresh while the
+// run goes on (a kill healed: its network namespace is a new one).
+func (m *proxyMech) restore(ctx context.Context, client string) error {
+	if m.env == nil {
+		return nil
+	}
+	for _, n := range m.env.Clients {
+		if n.Name() != client {
+			continue
+		}
+		if _, err := runtime.Run(ctx, n, "sh", "-c", releaseScript); err != nil {
+			return fmt.Errorf("restore capture rules in %s: %w", client, err)
+		}
+		return m.capture(ctx, &nemesis.Env{Clients: []runtime.Node{n}})
+	}
+	return nil
+}
+
+// releaseScript removes the capture rules from a client and checks them
+// gone.
+var releaseScript = strings.Join([]string{
+	"while iptables -w -t nat -D OUTPUT -j " + NATChain + " 2>/dev/null; do :; done",
+	"iptables -w -t nat -F " + NATChain + " 2>/dev/null || true",
+	"iptables -w -t nat -X " + NATChain + " 2>/dev/null || true",
+	"! iptables -w -t nat -S | grep -q " + NATChain,
+}, "\n")
+
 // release removes the capture rules from every client and checks them
 // gone.
 func (m *proxyMech) release(ctx context.Context) error {
 	if m.env == nil {
 		return nil
 	}
-	script := strings.Join([]string{
-		"while iptables -w -t nat -D OUTPUT -j " + NATChain + " 2>/dev/null; do :; done",
-		"iptables -w -t nat -F " + NATChain + " 2>/dev/null || true",
-		"iptables -w -t nat -X " + NATChain + " 2>/dev/null || true",
-		"! iptables -w -t nat -S | grep -q " + NATChain,
-	}, "\n")
 	var errs []error
 	for _, n := range m.env.Clients {
-		if _, err := runtime.Run(ctx, n, "sh", "-c", script); err != nil {
+		if _, err := runtime.Run(ctx, n, "sh", "-c", releaseScript); err != nil {
 			errs = append(errs, fmt.Errorf("remove capture rules from %s (rules of ours may remain): %w", n.Name(), err))
 		}
 	}

@@ -486,6 +486,16 @@ type Node struct {
 	stdin  io.WriteCloser
 	stdout io.Reader
 	closer func()
+
+	// freeze orders this process's execs and its freezes of a Group
+	// node: an exec started into a container being frozen is frozen with
+	// it and, in Docker 20.10, holds the container's lock, so that no
+	// inspect or unpause of it returns (measured: a pause's heal timed out
+	// while a partition's iptables ran there). Execs hold it shared; a
+	// freeze or thaw exclusively, waiting for the running execs to end;
+	// an exec into a node this process froze is refused at once.
+	freeze sync.RWMutex
+	frozen bool
 }
 
 var (
@@ -571,6 +581,11 @@ func (n *Node) Stdio() (io.WriteCloser, io.Reader) {
 // Exec implements runtime.Node.
 func (n *Node) Exec(ctx context.Context, argv []string) (runtime.ExecResult, error) {
 	var res runtime.ExecResult
+	n.freeze.RLock()
+	defer n.freeze.RUnlock()
+	if n.frozen {
+		return res, fmt.Errorf("exec in %s: %w", n.name, runtime.ErrFrozen)
+	}
 	ex, err := n.rt.cli.ContainerExecCreate(ctx, n.id, container.ExecOptions{Cmd: argv, AttachStdout: true, AttachStderr: true})
 	if err != nil {
 		return res, fmt.Errorf("exec create in %s: %w", n.name, n.whyNoExec(ctx, err))
@@ -633,15 +648,24 @@ func (n *Node) whyNoExec(ctx context.Context, err error) error {
 // kill not yet healed) has nothing to resume.
 func (n *Node) Signal(ctx context.Context, sig syscall.Signal) error {
 	if n.spec.Group && sig == syscall.SIGSTOP {
+		n.freeze.Lock()
+		defer n.freeze.Unlock()
 		if err := n.rt.cli.ContainerPause(ctx, n.id); err != nil {
 			return fmt.Errorf("freeze %s: %w", n.name, err)
 		}
+		n.frozen = true
 		return nil
 	}
 	if sig == syscall.SIGCONT {
 		// A pause healed after a kill of the same process: a container
 		// not running has nothing to resume.
-		return n.thaw(ctx)
+		n.freeze.Lock()
+		defer n.freeze.Unlock()
+		if err := n.thaw(ctx); err != nil {
+			return err
+		}
+		n.frozen = false
+		return nil
 	}
 	if err := n.rt.cli.ContainerKill(ctx, n.id, signalName(sig)); err != nil {
 		return fmt.Errorf("signal %s %v: %w", n.name, sig, err)
