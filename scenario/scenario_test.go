@@ -65,6 +65,7 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		// holder's goes at once.
 		"long-ttl-unavailable": "redis,redis-sentinel",
 		"client-clock-expiry":  "redis,redis-sentinel",
+		"client-clock-drift":   "redis,redis-sentinel",
 		"unchecked-release":    "redis,redis-sentinel",
 		"unfenced-late-write":  "etcd,lockd,mariadb,postgres,redis,redis-sentinel,redlock,zookeeper",
 		"bypass-writer":        "mariadb,postgres,redis",
