@@ -1,0 +1,65 @@
+package kubernetes
+
+import (
+	"context"
+
+	"github.com/splitbrain/splitbrain/internal/etcdserver"
+	"github.com/splitbrain/splitbrain/internal/option"
+	"github.com/splitbrain/splitbrain/runtime/images"
+	"github.com/splitbrain/splitbrain/targets"
+)
+
+// Name is the backend's name and its recipe's kind.
+const Name = "kubernetes"
+
+// EtcdNodeRole is the role of the etcd members: the etcd backend's role,
+// declared alike (the pinned etcd release, its data in DataDir), so that
+// both backends run the same image.
+var EtcdNodeRole = targets.Role{
+	Name:      EtcdRole,
+	Files:     []images.File{images.GoModule("etcd", etcdserver.Module(), ".", etcdserver.Binary)},
+	StateDirs: []string{etcdserver.DataDir},
+}
+
+// APIServerNodeRole is the role of the API servers: kube-apiserver built
+// static on this machine from the pinned release, its keys and serving
+// certificate in StateDir, its clock skewed through the vDSO (a Go
+// program).
+var APIServerNodeRole = targets.Role{
+	Name:      APIServerRole,
+	Files:     []images.File{APIServerFile},
+	StateDirs: []string{StateDir},
+}
+
+func init() {
+	targets.Register(targets.Backend{
+		Name:    Name,
+		Title:   "a Kubernetes API server (" + Release + ") on a 3-member etcd cluster, client-go leader election on a Lease",
+		Target:  Target{},
+		Roles:   []targets.Role{EtcdNodeRole, APIServerNodeRole},
+		Size:    Target{}.Size(),
+		Leads:   true,
+		Durable: true,
+		Recipe:  Name,
+		Options: option.Decls(APIServers),
+		Probe: &targets.Probe{
+			Endpoint: ProbeEndpoint(APIServerRole),
+			Run:      func(ctx context.Context, endpoint string) (any, error) { return Probe(ctx, endpoint) },
+		},
+		Programs: []targets.Program{APIServerProgram},
+	})
+	targets.RegisterRecipe(targets.Recipe{
+		Kind:     Name,
+		Backends: []string{Name},
+		Title:    "client-go tools/leaderelection with a LeaseLock (Go, in process)",
+		Library:  ClientLibrary + "/tools/leaderelection",
+		Version:  targets.ModuleVersion(ClientLibrary),
+		// The token is read from the Lease the acquisition wrote (the
+		// library itself offers none). The give-back (ReleaseOnCancel)
+		// checks the elector's own last observation, not the Lease it
+		// overwrites: not an owner-checked release.
+		Fencing: true, CheckedRelease: false, Renews: true,
+		Options: option.Decls(LeaseDurationOption, RenewDeadlineOption, RetryPeriodOption, TokenOption),
+		New:     NewLocker,
+	})
+}

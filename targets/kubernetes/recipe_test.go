@@ -1,0 +1,203 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/client-go/kubernetes/typed/coordination/v1/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/splitbrain/splitbrain/internal/option"
+	"github.com/splitbrain/splitbrain/targets"
+)
+
+func TestTimingFor(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration
+		opts map[string]string
+		want Timing
+		err  string // a word of the error, "" for none
+	}{
+		{"defaults from 15s", 15 * time.Second, nil, Timing{15 * time.Second, 10 * time.Second, 2 * time.Second}, ""},
+		{"defaults from 3s", 3 * time.Second, nil, Timing{3 * time.Second, 2 * time.Second, 400 * time.Millisecond}, ""},
+		{"lease-duration set", 2 * time.Second, map[string]string{"lease-duration": "6s"}, Timing{6 * time.Second, 4 * time.Second, 800 * time.Millisecond}, ""},
+		{"all set", 2 * time.Second, map[string]string{"renew-deadline": "1500ms", "retry-period": "500ms"}, Timing{2 * time.Second, 1500 * time.Millisecond, 500 * time.Millisecond}, ""},
+		{"fractional seconds", 2500 * time.Millisecond, nil, Timing{}, "whole seconds"},
+		{"deadline not below duration", 2 * time.Second, map[string]string{"renew-deadline": "2s"}, Timing{}, "renew-deadline"},
+		{"retry too slow", 2 * time.Second, map[string]string{"retry-period": "1200ms"}, Timing{}, "retry-period"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			decls := option.Decls(LeaseDurationOption, RenewDeadlineOption, RetryPeriodOption, TokenOption)
+			set, err := option.Parse(decls, tc.opts, "option", "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := TimingFor(tc.ttl, set)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one naming %q", err, tc.err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("TimingFor = %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestLeaseName(t *testing.T) {
+	for key, want := range map[string]string{"k0": "splitbrain-k0", "Key_1": "splitbrain-key-5f-1", "a/b": "splitbrain-a-2f-b"} {
+		if got := LeaseName(key); got != want {
+			t.Errorf("LeaseName(%q) = %q, want %q", key, got, want)
+		}
+	}
+}
+
+// fakeCoordination is client-go's fake coordination client over an object
+// tracker: Leases are stored, read and updated in memory.
+func fakeCoordination(t *testing.T) *fake.FakeCoordinationV1 {
+	t.Helper()
+	scheme := kruntime.NewScheme()
+	if err := coordinationv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	tracker := k8stesting.NewObjectTracker(scheme, serializer.NewCodecFactory(scheme).UniversalDecoder())
+	f := &k8stesting.Fake{}
+	// The tracker keeps no resourceVersion: these reactors give each
+	// write one and refuse an update of a version that is not the
+	// stored one, as the API server does (409 Conflict).
+	var rv atomic.Int64
+	gvr := coordinationv1.SchemeGroupVersion.WithResource("leases")
+	f.AddReactor("create", "leases", func(a k8stesting.Action) (bool, kruntime.Object, error) {
+		a.(k8stesting.CreateAction).GetObject().(*coordinationv1.Lease).ResourceVersion = strconv.FormatInt(rv.Add(1), 10)
+		return false, nil, nil
+	})
+	f.AddReactor("update", "leases", func(a k8stesting.Action) (bool, kruntime.Object, error) {
+		l := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		cur, err := tracker.Get(gvr, l.Namespace, l.Name)
+		if err == nil && cur.(*coordinationv1.Lease).ResourceVersion != l.ResourceVersion {
+			return true, nil, apierrors.NewConflict(gvr.GroupResource(), l.Name, errors.New("the object has been modified"))
+		}
+		l.ResourceVersion = strconv.FormatInt(rv.Add(1), 10)
+		return false, nil, nil
+	})
+	f.AddReactor("*", "*", k8stesting.ObjectReaction(tracker))
+	return &fake.FakeCoordinationV1{Fake: f}
+}
+
+// TestLockerOnLeases follows the mapping onto the library through a
+// sequence on one Lease: c1 leads (token 1: the Lease created), c2 finds it
+// busy, c1 gives it back (holder cleared), c2 leads (token 2: one
+// transition); c2's lease, once another candidate overwrote the Lease, is
+// no longer held in the library's belief once it renews, and its release is
+// refused.
+func TestLockerOnLeases(t *testing.T) {
+	coord := fakeCoordination(t)
+	timing := Timing{LeaseDuration: 2 * time.Second, RenewDeadline: 1200 * time.Millisecond, RetryPeriod: 200 * time.Millisecond}
+	log := slog.New(slog.DiscardHandler)
+	c1 := newLocker(coord, "c1", timing, TokenTransitions, log)
+	c2 := newLocker(coord, "c2", timing, TokenTransitions, log)
+	ctx := context.Background()
+	acquire := func(l *Locker, d time.Duration) (targets.Lease, error) {
+		actx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		return l.Acquire(actx, "k0")
+	}
+
+	l1, err := acquire(c1, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l1.Token() != 1 {
+		t.Errorf("first grant's token %d, want 1 (leaseTransitions 0, plus one)", l1.Token())
+	}
+	if held, _ := l1.(*lease).Held(ctx); !held {
+		t.Error("the leader does not believe it leads")
+	}
+	if _, err := acquire(c2, 700*time.Millisecond); !errors.Is(err, targets.ErrBusy) {
+		t.Fatalf("second candidate: %v, want busy", err)
+	}
+	if err := l1.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	got, err := coord.Leases(Namespace).Get(ctx, LeaseName("k0"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := got.Spec.HolderIdentity; h == nil || *h != "" {
+		t.Errorf("after the release the Lease names %v, want no holder", h)
+	}
+	l2, err := acquire(c2, 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Token() != 2 {
+		t.Errorf("second grant's token %d, want 2", l2.Token())
+	}
+
+	// Another candidate writes the Lease behind c2's back: c2's next
+	// renewal reads it, and c2 stops leading within its RenewDeadline.
+	got, err = coord.Leases(Namespace).Get(ctx, LeaseName("k0"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := "intruder"
+	got.Spec.HolderIdentity = &other
+	got.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	if _, err := coord.Leases(Namespace).Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(timing.RenewDeadline + 2*time.Second)
+	for {
+		held, _ := l2.(*lease).Held(ctx)
+		if !held {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("c2 still believes it leads after the Lease named another for longer than its RenewDeadline")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := l2.Release(ctx); !errors.Is(err, targets.ErrNotOwner) {
+		t.Errorf("release after losing the Lease: %v, want not owner", err)
+	}
+	if n := l2.(*lease).RenewFailures(); n != 1 {
+		t.Errorf("renew failures %d, want 1", n)
+	}
+}
+
+func TestRecorderToken(t *testing.T) {
+	id, tr := "c1-x-1", int32(6)
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "812"}, Spec: coordinationv1.LeaseSpec{HolderIdentity: &id, LeaseTransitions: &tr}}
+	r := &recorder{id: id}
+	if _, err := r.token(TokenTransitions); err == nil {
+		t.Error("a token before any write naming the candidate")
+	}
+	r.note(l, nil, false) // a read is not the acquisition
+	if _, err := r.token(TokenTransitions); err == nil {
+		t.Error("a token from a read")
+	}
+	r.note(l, nil, true)
+	later := l.DeepCopy()
+	later.ResourceVersion = "900"
+	r.note(later, nil, true) // a renewal does not move the token
+	if v, err := r.token(TokenTransitions); err != nil || v != 7 {
+		t.Errorf("transitions token %d, %v; want 7", v, err)
+	}
+	if v, err := r.token(TokenResourceVersion); err != nil || v != 812 {
+		t.Errorf("resource-version token %d, %v; want 812", v, err)
+	}
+}
