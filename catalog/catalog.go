@@ -30,6 +30,7 @@ import (
 	// Faults.
 	_ "github.com/splitbrain/splitbrain/nemesis/clock"
 	_ "github.com/splitbrain/splitbrain/nemesis/packet"
+	_ "github.com/splitbrain/splitbrain/nemesis/powerloss"
 )
 
 // DefaultTarget is the backend `splitbrain run` brings up when none is

@@ -10,6 +10,7 @@ import (
 
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/harness/harnesstest"
+	_ "github.com/splitbrain/splitbrain/nemesis/powerloss"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/inmem"
@@ -97,5 +98,21 @@ func TestFencedWithoutTokenFromHandshakeWritesNothing(t *testing.T) {
 	}
 	if n := w.Last().Runtime; n == nil {
 		t.Fatal("no runtime: the refusal should come from the handshake")
+	}
+}
+
+// TestPowerLossRefusedWithoutDevices: a power-loss run on a runtime that
+// cannot give nodes /dev/fuse (the in-memory one) is refused as bad input
+// in one line naming the fix, before any node starts.
+func TestPowerLossRefusedWithoutDevices(t *testing.T) {
+	cfg := memConfig(t, "fenced-counter")
+	cfg.Nemesis = "power-loss"
+	var w harnesstest.World
+	_, err := harness.Run(context.Background(), cfg, w.Deps(t))
+	if err == nil || !harness.IsBadInput(err) || !strings.Contains(err.Error(), "docker runtime") || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("run: %v, want a one-line bad-input refusal naming the docker runtime", err)
+	}
+	if n := len(w.Last().Runtime.Nodes()); n != 0 {
+		t.Errorf("%d nodes started before the refusal", n)
 	}
 }

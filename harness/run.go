@@ -332,6 +332,17 @@ func (r *run) execute(ctx context.Context) error {
 			return fmt.Errorf("runtime: %w", err)
 		}
 		r.rt = rtm
+		// Faults that start the lock service's nodes under a program of
+		// their own (a filesystem over their state directories) say so
+		// before anything starts; a runtime that cannot is refused.
+		dirs := map[string][]string{}
+		for _, role := range backend.Roles {
+			dirs[role.Name] = role.StateDirs
+		}
+		targetRT, err := nemesis.Wrap(r.rt, nems, dirs)
+		if err != nil {
+			return refused(err)
+		}
 		// The store and the lock service come up side by side: neither
 		// needs the other (the clients, started next, need both).
 		var (
@@ -344,7 +355,7 @@ func (r *run) execute(ctx context.Context) error {
 			return err
 		}))
 		up.Go(protect(func() (err error) {
-			cluster, err = backend.Target.Start(hard, r.rt, targets.Options{Images: imgs, TTL: r.cfg.LeaseTTL, Settings: r.opts.Backend, ExtraCaps: nodeCaps, Log: r.log})
+			cluster, err = backend.Target.Start(hard, targetRT, targets.Options{Images: imgs, TTL: r.cfg.LeaseTTL, Settings: r.opts.Backend, ExtraCaps: nodeCaps, Log: r.log})
 			if err != nil {
 				return fmt.Errorf("start %s: %w", r.cfg.Target, err)
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/splitbrain/splitbrain/nemesis"
 	_ "github.com/splitbrain/splitbrain/nemesis/clock"
 	_ "github.com/splitbrain/splitbrain/nemesis/packet"
+	_ "github.com/splitbrain/splitbrain/nemesis/powerloss"
 )
 
 // TestTargetsHolders: a fault says it targets lock holders exactly when its
@@ -35,6 +36,8 @@ func TestTargetsHolders(t *testing.T) {
 		{"packet", nil, true},
 		{"packet", []string{"--packet-clients", "one"}, false},
 		{"packet", []string{"--packet-clients", "all"}, false},
+		{"power-loss", nil, false},
+		{"power-loss", []string{"--power-loss-targets", "node=1,quorum=1,all=1"}, false},
 	}
 	target := nemesis.Target{Name: "etcd", Size: 3, Leads: true, LeaseTTL: 2 * time.Second}
 	var covered []string

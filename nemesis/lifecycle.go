@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/splitbrain/splitbrain/runtime"
 )
 
 // Optional parts of a [Nemesis], found by type assertion: the capabilities
@@ -94,6 +96,32 @@ func Finish(ctx context.Context, nems []Nemesis) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// Wrapper is a nemesis whose faults need the lock service's nodes started
+// differently: under a program of its own, with a device (the power-loss
+// fault's filesystem over their state directories). The harness asks it,
+// once the run's runtime exists and before anything starts, for the
+// runtime the target starts its nodes on.
+type Wrapper interface {
+	// Wrap returns the runtime the target starts its nodes on: rt, or a
+	// runtime over rt that changes the specs of the nodes whose role has
+	// state directories in dirs (role → directories). An error names the
+	// fix; a [RefusedError] refuses the run as asked.
+	Wrap(rt runtime.Runtime, dirs map[string][]string) (runtime.Runtime, error)
+}
+
+// Wrap passes rt through the Wrap of every [Wrapper] among nems, in order.
+func Wrap(rt runtime.Runtime, nems []Nemesis, dirs map[string][]string) (runtime.Runtime, error) {
+	for _, n := range nems {
+		if w, ok := n.(Wrapper); ok {
+			var err error
+			if rt, err = w.Wrap(rt, dirs); err != nil {
+				return nil, fmt.Errorf("nemesis %s: %w", n.Name(), err)
+			}
+		}
+	}
+	return rt, nil
 }
 
 // Links a [Router] is asked to route: the connections each client opens.

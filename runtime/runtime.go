@@ -39,7 +39,21 @@ const (
 	CapNetAdmin = "NET_ADMIN"
 	// CapSysPtrace lets the clock helper skew a process in the node.
 	CapSysPtrace = "SYS_PTRACE"
+	// CapSysAdmin lets the node mount filesystems (the power-loss fault's
+	// FUSE filesystem, with DeviceFUSE).
+	CapSysAdmin = "SYS_ADMIN"
 )
+
+// DeviceFUSE is the FUSE device a node needs to serve a FUSE filesystem.
+const DeviceFUSE = "/dev/fuse"
+
+// DeviceGranter is implemented by runtimes that can give a node host
+// devices ([NodeSpec.Devices]); the others refuse a spec that names any.
+type DeviceGranter interface {
+	// GrantsDevices reports whether the runtime's nodes can be given
+	// devices (and mount a FUSE filesystem with them and CapSysAdmin).
+	GrantsDevices() bool
+}
 
 // IptablesChain is the iptables chain of splitbrain's rules in a node's
 // network namespace: the partition nemesis installs its DROP rules there,
@@ -60,6 +74,9 @@ type NodeSpec struct {
 	Env []string
 	// Caps lists extra Linux capabilities.
 	Caps []string
+	// Devices lists host devices the node gets (DeviceFUSE); a runtime
+	// that is not a [DeviceGranter] refuses a spec with any.
+	Devices []string
 	// Interactive attaches the main process's stdin and stdout; the node
 	// then implements [Console].
 	Interactive bool

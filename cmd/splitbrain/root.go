@@ -170,6 +170,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		newValidateCmd(g),
 		newMergeCmd(g),
 		newClockCmd(g),
+		newPowerfsCmd(g),
 		newServeCmd(g),
 		newBenchLoopCmd(g),
 		newClientCheckCmd(g),

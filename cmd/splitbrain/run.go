@@ -136,8 +136,12 @@ func clientsHelp() string {
 // faultDocs lists the registered faults, one a line.
 func faultDocs() string {
 	var b strings.Builder
+	width := 0
 	for _, k := range nemesis.Kinds() {
-		fmt.Fprintf(&b, "  %-10s %s\n", k.Name, k.Doc)
+		width = max(width, len(k.Name))
+	}
+	for _, k := range nemesis.Kinds() {
+		fmt.Fprintf(&b, "  %-*s %s\n", width, k.Name, k.Doc)
 	}
 	return b.String()
 }

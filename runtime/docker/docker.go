@@ -271,6 +271,12 @@ func overlaps(p netip.Prefix, used []netip.Prefix) bool {
 // Name implements runtime.Runtime.
 func (r *Runtime) Name() string { return "docker" }
 
+// GrantsDevices implements runtime.DeviceGranter: containers get the
+// devices a spec names.
+func (r *Runtime) GrantsDevices() bool { return true }
+
+var _ runtime.DeviceGranter = (*Runtime)(nil)
+
 // HostAddr implements runtime.HostAddresser: the run network's gateway,
 // an address of the Docker host on the network's bridge.
 func (r *Runtime) HostAddr() netip.Addr {
@@ -325,6 +331,9 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.NodeSpec) (runtime.Nod
 		// No init process: the node's main process must be PID 1 so that
 		// SIGSTOP reaches it (an init would be stopped instead).
 		LogConfig: container.LogConfig{Type: "json-file"},
+	}
+	for _, d := range spec.Devices {
+		host.Devices = append(host.Devices, container.DeviceMapping{PathOnHost: d, PathInContainer: d, CgroupPermissions: "rwm"})
 	}
 	var console string
 	if spec.Interactive && !attach {

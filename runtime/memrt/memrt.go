@@ -150,6 +150,9 @@ func (r *Runtime) Reserve(name string) (netip.Addr, error) {
 
 // Start implements runtime.Runtime.
 func (r *Runtime) Start(ctx context.Context, spec runtime.NodeSpec) (runtime.Node, error) {
+	if len(spec.Devices) > 0 {
+		return nil, fmt.Errorf("memrt: node %s: the in-memory runtime gives nodes no devices (%v)", spec.Name, spec.Devices)
+	}
 	prog, ok := r.programs[spec.Role]
 	if !ok {
 		return nil, fmt.Errorf("memrt: no program for role %q", spec.Role)

@@ -431,6 +431,9 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.NodeSpec) (runtime.Nod
 	if len(spec.Cmd) == 0 {
 		return nil, fmt.Errorf("start %s: no command", spec.Name)
 	}
+	if len(spec.Devices) > 0 {
+		return nil, fmt.Errorf("start %s: SSH hosts give nodes no devices (%v): run on the docker runtime", spec.Name, spec.Devices)
+	}
 	if spec.Name == "" || strings.ContainsAny(spec.Name, "/ \n") || spec.Name == "." || spec.Name == ".." {
 		return nil, fmt.Errorf("start: node name %q is not a file name", spec.Name)
 	}

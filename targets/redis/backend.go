@@ -14,9 +14,11 @@ const Name = "redis"
 // NodeRole is the role of Redis nodes: redis-server from Debian, run
 // under the clock shim.
 var NodeRole = targets.Role{
-	Name:      Role,
-	Packages:  []string{"redis-server"},
-	Files:     []images.File{node.ClockShim},
+	Name:     Role,
+	Packages: []string{"redis-server"},
+	Files:    []images.File{node.ClockShim},
+	// Where a Redis with persistence keeps its append-only file.
+	StateDirs: []string{node.DataDir},
 	HostSetup: "apt-get install redis-server, then stop its own service: systemctl disable --now redis-server",
 	Clock:     targets.Clock{Shim: true, Now: ServerTime},
 }

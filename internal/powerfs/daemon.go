@@ -1,0 +1,213 @@
+//go:build linux
+
+package powerfs
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// Mount is one directory the daemon serves: Dir, where programs see their
+// files (a node's state directory), backed by Lower, where they are.
+type Mount struct{ Dir, Lower string }
+
+// Daemon serves its mounts over one journal and one gate: a power loss
+// ([Daemon.Cut]) reverts every unsynced change of every mount at the same
+// moment.
+//
+// A Daemon is safe for concurrent use.
+type Daemon struct {
+	j       *Journal
+	gate    *gate
+	servers []*fuse.Server
+	log     *slog.Logger
+
+	mu  sync.Mutex
+	cut *Stats // what the cut undid, once it happened
+}
+
+// ErrMount wraps a mount the kernel refused: no /dev/fuse, or no
+// CAP_SYS_ADMIN.
+var ErrMount = errors.New("cannot mount a FUSE filesystem (the node needs the device /dev/fuse and CAP_SYS_ADMIN)")
+
+// Start mounts each of mounts, their journal bounded to limit saved bytes
+// (0: no bound). On an error nothing stays mounted.
+func Start(mounts []Mount, limit int64, log *slog.Logger) (*Daemon, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	d := &Daemon{j: NewJournal(limit), gate: newGate(), log: log}
+	for _, m := range mounts {
+		root, err := newRoot(m.Lower, d.j, d.gate)
+		if err != nil {
+			d.Close()
+			return nil, fmt.Errorf("lower directory of %s: %w", m.Dir, err)
+		}
+		sec := time.Second
+		srv, err := fs.Mount(m.Dir, root, &fs.Options{
+			EntryTimeout: &sec, AttrTimeout: &sec, NegativeTimeout: &sec,
+			MountOptions: fuse.MountOptions{
+				AllowOther: true, DirectMount: true, DirectMountStrict: true,
+				FsName: "splitbrain-powerfs", Name: "powerfs",
+			},
+		})
+		if err != nil {
+			d.Close()
+			return nil, fmt.Errorf("mount %s: %w: %w", m.Dir, ErrMount, err)
+		}
+		d.servers = append(d.servers, srv)
+		log.Debug("powerfs mounted", "dir", m.Dir, "lower", m.Lower)
+	}
+	return d, nil
+}
+
+// Stats reports what the journal holds now (after a cut: what the cut
+// undid).
+func (d *Daemon) Stats() Stats {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cut != nil {
+		return *d.cut
+	}
+	return d.j.Stats()
+}
+
+// Cut is the power loss: it waits for the operations in flight, shuts
+// the gate for good (every later operation waits until the daemon dies)
+// and puts every file back as it was at its last sync. It returns what it
+// undid; a second call returns the same.
+func (d *Daemon) Cut() (Stats, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cut != nil {
+		return *d.cut, nil
+	}
+	var (
+		s   Stats
+		err error
+	)
+	d.gate.cut(func() { s, err = d.j.Revert() })
+	d.cut = &s
+	d.log.Info("power cut", "files", s.Files, "unsynced_bytes", s.Unsynced, "kept_bytes", s.Kept, "err", err)
+	return s, err
+}
+
+// Close unmounts every mount; after a cut, the operations waiting at the
+// shut gate fail with EIO first.
+func (d *Daemon) Close() error {
+	d.gate.release()
+	var errs []error
+	for _, s := range d.servers {
+		if err := s.Unmount(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.servers = nil
+	return errors.Join(errs...)
+}
+
+// Wait waits until every mount is unmounted.
+func (d *Daemon) Wait() {
+	for _, s := range d.servers {
+		s.Wait()
+	}
+}
+
+// Control commands, one line each on the control socket; the answer is
+// one JSON [Reply] line.
+const (
+	CmdStats = "stats"
+	CmdCut   = "cut"
+)
+
+// Reply is the daemon's answer on its control socket.
+type Reply struct {
+	Stats Stats  `json:"stats"`
+	Cut   bool   `json:"cut"`
+	Error string `json:"error,omitempty"`
+}
+
+// Serve answers control commands on the Unix socket at path until ctx is
+// done.
+func (d *Daemon) Serve(ctx context.Context, path string) error {
+	os.Remove(path)
+	var lc net.ListenConfig
+	l, err := lc.Listen(ctx, "unix", path)
+	if err != nil {
+		return fmt.Errorf("control socket: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { l.Close() })
+	defer stop()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("control socket: %w", err)
+		}
+		go d.answer(c)
+	}
+}
+
+func (d *Daemon) answer(c net.Conn) {
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Minute))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil && line == "" {
+		return
+	}
+	var r Reply
+	switch strings.TrimSpace(line) {
+	case CmdStats:
+		r.Stats = d.Stats()
+		d.mu.Lock()
+		r.Cut = d.cut != nil
+		d.mu.Unlock()
+	case CmdCut:
+		r.Stats, err = d.Cut()
+		r.Cut = true
+		if err != nil {
+			r.Error = err.Error()
+		}
+	default:
+		r.Error = fmt.Sprintf("unknown command %q (want %s or %s)", strings.TrimSpace(line), CmdStats, CmdCut)
+	}
+	json.NewEncoder(c).Encode(r)
+}
+
+// Ask sends cmd to the daemon listening at path and returns its reply.
+func Ask(ctx context.Context, path, cmd string) (Reply, error) {
+	var dl net.Dialer
+	c, err := dl.DialContext(ctx, "unix", path)
+	if err != nil {
+		return Reply{}, fmt.Errorf("no powerfs daemon at %s: %w", path, err)
+	}
+	defer c.Close()
+	if dl, ok := ctx.Deadline(); ok {
+		c.SetDeadline(dl)
+	}
+	if _, err := fmt.Fprintln(c, cmd); err != nil {
+		return Reply{}, fmt.Errorf("powerfs daemon: %w", err)
+	}
+	var r Reply
+	if err := json.NewDecoder(c).Decode(&r); err != nil {
+		return Reply{}, fmt.Errorf("powerfs daemon's reply: %w", err)
+	}
+	if r.Error != "" {
+		return r, fmt.Errorf("powerfs daemon: %s", r.Error)
+	}
+	return r, nil
+}
