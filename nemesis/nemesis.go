@@ -1,6 +1,7 @@
 // Package nemesis injects faults into a run: pauses (SIGSTOP) of lock
 // holders and backend nodes, kills, network partitions, and (in package
-// nemesis/clock) clock skew.
+// nemesis/clock) clock skew, (in nemesis/packet) packet faults and (in
+// nemesis/powerloss) power loss.
 //
 // A [Nemesis] knows one kind of fault: Inject starts one and returns a
 // [Fault] whose Heal undoes it. [Run] drives a schedule of faults drawn from
