@@ -139,15 +139,19 @@ type Reply struct {
 	Error string `json:"error,omitempty"`
 }
 
-// Serve answers control commands on the Unix socket at path until ctx is
-// done.
-func (d *Daemon) Serve(ctx context.Context, path string) error {
+// Listen opens the control socket at path (replacing a file left there).
+func Listen(ctx context.Context, path string) (net.Listener, error) {
 	os.Remove(path)
 	var lc net.ListenConfig
 	l, err := lc.Listen(ctx, "unix", path)
 	if err != nil {
-		return fmt.Errorf("control socket: %w", err)
+		return nil, fmt.Errorf("control socket: %w", err)
 	}
+	return l, nil
+}
+
+// Serve answers control commands on l until ctx is done.
+func (d *Daemon) Serve(ctx context.Context, l net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
 	for {

@@ -231,8 +231,14 @@ func mainServe(ctx context.Context, args []string, stderr io.Writer) error {
 		say(err.Error())
 		return err
 	}
+	l, err := Listen(ctx, *socket)
+	if err != nil {
+		d.Close()
+		say(err.Error())
+		return err
+	}
 	errc := make(chan error, 1)
-	go func() { errc <- d.Serve(ctx, *socket) }()
+	go func() { errc <- d.Serve(ctx, l) }()
 	say("ready")
 	done := make(chan struct{})
 	go func() { d.Wait(); close(done) }()
