@@ -353,6 +353,12 @@ func (f *fault) Targets() []string {
 
 func (f *fault) Detail() string { return f.detail }
 
+var _ nemesis.Restarting = (*fault)(nil)
+
+// Restarted implements nemesis.Restarting: the heal starts every target
+// afresh (what other faults installed inside them is gone).
+func (f *fault) Restarted() []string { return f.Targets() }
+
 // Heal starts the nodes again; their new filesystems start from what the
 // cut left.
 func (f *fault) Heal(ctx context.Context) error {
