@@ -111,6 +111,8 @@ func (c Column) failure(it Item) string {
 	b, err := targets.Lookup(c.Target)
 	switch {
 	case err != nil:
+	case it.Question == qToken && b.LosesOnFailover:
+		s = "fencing tokens went back across a failover (asynchronous replication: a new leader behind the old one), whatever its persistence — fence at the store"
 	case it.Question == qToken && len(b.DurableWith) > 0 && !c.hasOptions(b.DurableWith):
 		s += " — use --recipe-opt " + kvs(b.DurableWith)
 	case it.Question == qConsensus && b.LosesOnFailover:

@@ -97,6 +97,8 @@ func TestSummary(t *testing.T) {
 			[]string{"redis / redsync: breaks: a release gave away", "gives no fencing token: fence at the store (--store postgres --store-opt check=version)"}},
 		{"user's adapter", Column{Target: "redis", Client: "python3 my_lock.py", Name: "mine", Candidate: Candidate{Target: "redis", Client: "python3 my_lock.py"}, Items: []Item{item(qDrill, Fail)}},
 			[]string{"mine: breaks: a late writer's write got through", "gives no fencing token"}},
+		{"tokens back across a failover", Column{Target: "redis-sentinel", Items: []Item{item(qToken, Fail)}, Rows: []Row{{}}},
+			[]string{"fencing tokens went back across a failover", "fence at the store"}},
 		{"asynchronous failover", Column{Target: "redis-sentinel", Items: []Item{item(qConsensus, Fail)}},
 			[]string{"a failover may lose acknowledged grants"}},
 		{"no token", Column{Target: "redis", Client: "redsync", Items: []Item{{Question: qToken, Answer: NotApplicable, Why: WhyNoToken}, item(qOwner, Pass)}},
