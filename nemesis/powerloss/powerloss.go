@@ -215,11 +215,35 @@ func (nm *Nemesis) Prepare(ctx context.Context, env *nemesis.Env, log *slog.Logg
 	var wg sync.WaitGroup
 	for i, n := range nodes {
 		wg.Go(func() {
-			_, errs[i] = ask(ctx, n, powerfs.CmdStats)
+			errs[i] = awaitDaemon(ctx, n, readyWait)
 		})
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// readyWait bounds how long Prepare waits for a node's daemon: a node's
+// container is running before its entry has mounted the filesystem and
+// started the program (a target that checks its service's health has
+// waited for that already; one that does not, has not).
+const readyWait = 20 * time.Second
+
+// awaitDaemon asks n's daemon for its stats until it answers or wait has
+// passed, and returns the last error then.
+func awaitDaemon(ctx context.Context, n runtime.Node, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	for {
+		_, err := ask(ctx, n, powerfs.CmdStats)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // ask runs `splitbrain powerfs CMD` in n.
