@@ -229,21 +229,13 @@ func (nm *Nemesis) Prepare(ctx context.Context, env *nemesis.Env, log *slog.Logg
 const readyWait = 20 * time.Second
 
 // awaitDaemon asks n's daemon for its stats until it answers or wait has
-// passed, and returns the last error then.
+// passed (runtime.Poll), naming the last error then.
 func awaitDaemon(ctx context.Context, n runtime.Node, wait time.Duration) error {
-	ctx, cancel := context.WithTimeout(ctx, wait)
-	defer cancel()
-	for {
-		_, err := ask(ctx, n, powerfs.CmdStats)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
+	return runtime.Poll(ctx, n.Name()+": power-loss filesystem not answering", wait, 200*time.Millisecond,
+		func(ctx context.Context) error {
+			_, err := ask(ctx, n, powerfs.CmdStats)
 			return err
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+		})
 }
 
 // ask runs `splitbrain powerfs CMD` in n.
