@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strconv"
 	"strings"
@@ -150,7 +151,7 @@ func TestHelperVDSO(t *testing.T) {
 		{[]string{"vdso", "set", "--pid", pid, "--monotonic", "+2s"}, "realtime=+5s monotonic=+2s", 5 * time.Second},
 		{[]string{"vdso", "set", "--pid", pid, "--realtime", "-2.5s"}, "realtime=-2.5s monotonic=+2s", -2500 * time.Millisecond},
 		{[]string{"vdso", "show", "--pid", pid}, "realtime=-2.5s monotonic=+2s", -2500 * time.Millisecond},
-		{[]string{"vdso", "now", "--pid", pid}, "skew -2.5", -2500 * time.Millisecond},
+		{[]string{"vdso", "now", "--pid", pid}, "realtime ", -2500 * time.Millisecond}, // skew measured: checked below
 		{[]string{"vdso", "reset", "--pid", pid}, "realtime=0s monotonic=0s", 0},
 		{[]string{"vdso", "restore", "--pid", pid}, "patched: none (restored)", 0},
 		{[]string{"vdso", "restore", "--pid", pid}, "patched: none (restored)", 0},
@@ -164,6 +165,9 @@ func TestHelperVDSO(t *testing.T) {
 		if code != ExitOK || !strings.Contains(stdout, s.want) {
 			t.Fatalf("%v: exit %d, stdout %q, stderr %q; want %q", s.args, code, stdout, stderr, s.want)
 		}
+		if s.args[1] == "now" {
+			checkMeasuredSkew(t, stdout, s.skew)
+		}
 		n := tg.count()
 		tg.waitFor(n, waitFor, 1, fmt.Sprintf("after %v", s.args), func(l line) bool { return near(goSkew(l), s.skew, time.Second) })
 	}
@@ -173,6 +177,25 @@ func TestHelperVDSO(t *testing.T) {
 		t.Fatalf("show --json: exit %d, %q, %v", code, stdout, err)
 	}
 	tg.stop()
+}
+
+// checkMeasuredSkew checks the realtime line of "vdso now": the skew it
+// measured (by reading the target's clock between two of ours) lies within
+// its stated uncertainty, plus a scheduling margin, of the offset set.
+func checkMeasuredSkew(t *testing.T, stdout string, want time.Duration) {
+	t.Helper()
+	m := regexp.MustCompile(`realtime .*skew (\S+) ±(\S+)\)`).FindStringSubmatch(stdout)
+	if m == nil {
+		t.Fatalf("vdso now: no realtime skew in %q", stdout)
+	}
+	got, err1 := time.ParseDuration(m[1])
+	unc, err2 := time.ParseDuration(m[2])
+	if err1 != nil || err2 != nil {
+		t.Fatalf("vdso now: skew %q ±%q: %v %v", m[1], m[2], err1, err2)
+	}
+	if !near(got, want, unc+20*time.Millisecond) {
+		t.Fatalf("vdso now: skew %s ±%s, want %s", got, unc, want)
+	}
 }
 
 // TestHelperPtraceDenied runs the helper without CAP_SYS_PTRACE against a
