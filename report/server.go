@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"maps"
@@ -46,7 +47,9 @@ const otherHTMLCSP = "sandbox allow-scripts; default-src 'none'; script-src 'uns
 // target, workload, nemesis and verdict (/), a comparison of targets under
 // one workload and nemesis (/compare), and each run's files
 // (/runs/<run dir>/<file>), generating report.html when it is missing or
-// older than results.json. Only files inside the directory are served.
+// older than results.json; a report it serves starts with links back to
+// the list, the comparison and the matrix (the file on disk has none).
+// Only files inside the directory are served.
 //
 // A Server is safe for concurrent use.
 type Server struct {
@@ -260,7 +263,7 @@ func (s *Server) row(e RunEntry) runRow {
 	_, err := s.root.Stat(path.Join(e.Path, ReportFile))
 	return runRow{
 		Href: runHref(e.Path, ReportFile), CompareHref: compareHref(r.Workload, r.Nemesis), Path: e.Path,
-		Target: r.Target, Client: clientShort(r), Workload: r.Workload, Nemesis: r.Nemesis, Verdict: r.Valid.String(), RunID: r.RunID,
+		Target: r.Target, Client: clientShort(r), Workload: r.Workload, Nemesis: strings.ReplaceAll(r.Nemesis, ",", ", "), Verdict: r.Valid.String(), RunID: r.RunID,
 		Date: r.Started.UTC().Format("2006-01-02 15:04:05Z"), Duration: dur(r.Duration.Round(100 * time.Millisecond)),
 		Seed: strconv.FormatUint(r.Seed, 10), Ops: strconv.Itoa(ops(r)), Lost: strconv.FormatInt(lostUpdates(r), 10),
 		Rejections: strconv.Itoa(r.Metrics.FencingRejections), Overlaps: strconv.Itoa(overlapCount(r)),
@@ -540,7 +543,7 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, dir string)
 		} else if body != nil {
 			w.Header().Set("Content-Type", "text/html; charset=utf-8")
 			w.Header().Set("Content-Security-Policy", pageCSP)
-			http.ServeContent(w, r, ReportFile, time.Now(), bytes.NewReader(body))
+			http.ServeContent(w, r, ReportFile, time.Now(), bytes.NewReader(withNav(body)))
 			return
 		}
 	}
@@ -555,9 +558,35 @@ func (s *Server) serveReport(w http.ResponseWriter, r *http.Request, dir string)
 		http.NotFound(w, r)
 		return
 	}
+	body, err := io.ReadAll(f)
+	if err != nil {
+		s.log.Error("read report", "dir", dir, "err", err)
+		http.Error(w, "cannot read the report (see the server's log)", http.StatusInternalServerError)
+		return
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", pageCSP)
-	http.ServeContent(w, r, ReportFile, info.ModTime(), f)
+	http.ServeContent(w, r, ReportFile, info.ModTime(), bytes.NewReader(withNav(body)))
+}
+
+// withNav puts the server's navigation (back to the run list, the
+// comparison, the matrix) at the top of a report it serves, after the
+// page's first <main>. The report.html on disk stays without it: opened
+// as a file, a report has no server to go back to. A page without <main>
+// is returned as it is.
+func withNav(page []byte) []byte {
+	i := bytes.Index(page, []byte("<main>"))
+	if i < 0 {
+		return page
+	}
+	i += len("<main>")
+	var nav bytes.Buffer
+	if err := templates.ExecuteTemplate(&nav, "nav", nil); err != nil {
+		return page
+	}
+	out := make([]byte, 0, len(page)+nav.Len())
+	out = append(append(append(out, page[:i]...), nav.Bytes()...), page[i:]...)
+	return out
 }
 
 // generate writes dir's report; if the directory is read-only it returns

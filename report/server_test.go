@@ -1,14 +1,18 @@
 package report
 
 import (
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/scenario"
@@ -83,7 +87,7 @@ func TestServeRuns(t *testing.T) {
 		want  []string
 	}{
 		{"/", 4, []string{"4 runs under", `<option value="etcd">etcd</option>`, "/compare?nemesis=pause&amp;workload=unfenced-counter",
-			`title="a writer that skips the token beside fenced clients loses updates despite fencing">bypass-writer<div class="note">bypass writer c1</div>`, "<th>scenario</th>"}},
+			`title="a writer that skips the token beside fenced clients loses updates despite fencing">bypass-writer<div class="note">bypass writer c1</div>`, `<th class="w15">scenario</th>`}},
 		{"/?target=etcd", 2, []string{"2 match the filter", `<option value="etcd" selected>`}},
 		{"/?verdict=invalid", 2, nil},
 		{"/?workload=fenced-counter&verdict=valid", 1, []string{"/runs/redis-fenced-counter-pause/20261202T120000000Z/report.html"}},
@@ -313,6 +317,108 @@ func TestReportTitleNamesTheRun(t *testing.T) {
 	for _, w := range []string{"<title>bypass-writer: redis · fenced-counter · pause — ", "<h1>bypass-writer: redis · fenced-counter · pause</h1>"} {
 		if !strings.Contains(body, w) {
 			t.Errorf("report lacks %q", w)
+		}
+	}
+}
+
+// TestServedReportLinksBack: a report served here starts with the way back
+// to the run list; the report.html the server wrote beside the run (and
+// any report.html opened as a file) has no link into the server, so that
+// it still works offline.
+func TestServedReportLinksBack(t *testing.T) {
+	dir := runsDir(t)
+	run := "etcd-unfenced-counter-pause/20261203T120000000Z"
+	s := newTestServer(t, dir)
+	nav := `<main><nav class="note" id="nav"><a href="/">all runs</a>`
+	for _, when := range []string{"generated", "from the file"} {
+		res, body := get(t, s, "/runs/"+run+"/"+ReportFile)
+		if res.StatusCode != 200 || !strings.Contains(body, nav) {
+			t.Errorf("served report (%s) lacks the way back to the list %q", when, nav)
+		}
+		if n := strings.Count(body, `id="nav"`); n != 1 {
+			t.Errorf("served report (%s) has %d navigations, want 1", when, n)
+		}
+	}
+	file, err := os.ReadFile(filepath.Join(dir, run, ReportFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []string{`id="nav"`, `href="/`, `src="http`, `href="http`} {
+		if strings.Contains(string(file), bad) {
+			t.Errorf("report.html on disk has %q: it must stand alone", bad)
+		}
+	}
+	if got := withNav([]byte("<html>no main</html>")); string(got) != "<html>no main</html>" {
+		t.Errorf("a page without <main> was changed: %s", got)
+	}
+}
+
+// TestRunListNoScroll: the run list and the comparison are laid out to the
+// page's width, long free text (targets with clients, scenarios with
+// their settings, workloads, fault lists) may break anywhere, and every
+// other cell breaks at spaces into short words, so that the table's
+// narrowest layout (each column as wide as its longest unbreakable word)
+// fits a 1024-pixel window: no horizontal scroll. Chromium measured the
+// same pages at 1280 and 1024 pixels: the table exactly the page's width.
+func TestRunListNoScroll(t *testing.T) {
+	root := runsDir(t)
+	for i, nem := range []string{"pause,kill,partition,clock,packet", "power-loss,clock"} {
+		dir := filepath.Join(root, "long-"+strconv.Itoa(i), "2026120"+strconv.Itoa(5+i)+"T120000000Z")
+		fixture(t, dir, testdata(t, "lost-update-invalid"), func(r map[string]any) {
+			r["target"], r["nemesis"] = "redis-sentinel", nem
+			r["client"] = map[string]any{"recipe": "redsync-sentinel", "library": "github.com/go-redsync/redsync/v4", "version": "v4.13.0"}
+			r["started"] = time.Date(2026, 12, 5+i, 12, 0, 0, 0, time.UTC)
+			o := r["options"].(map[string]any)
+			o["scenario"], o["bypass"] = "redlock-clock-drift", "c1,c2"
+			o["recipe_options"] = map[string]string{"expiry": "none", "persistence": "aof-everysec", "sentinel-quorum": "2"}
+			r["errors"] = []string{"setup: start container n1: no such image splitbrain/redis-sentinel:abcdef0123456789"}
+		})
+	}
+	s := newTestServer(t, root)
+	table := regexp.MustCompile(`(?s)<table class="runs">.*?</table>`)
+	row := regexp.MustCompile(`(?s)<tr[^>]*>(.*?)</tr>`)
+	cell := regexp.MustCompile(`(?s)<t[hd]([^>]*)>(.*?)</t[hd]>`)
+	tag := regexp.MustCompile(`<[^>]*>`)
+	for _, page := range []string{"/", "/compare?workload=unfenced-counter&nemesis=pause,kill,partition,clock,packet"} {
+		_, body := get(t, s, page)
+		for _, rule := range []string{"table.runs,table.compare{width:100%}", "table.runs .wrap,table.compare .wrap{overflow-wrap:anywhere}"} {
+			if !strings.Contains(body, rule) {
+				t.Errorf("%s: no %q", page, rule)
+			}
+		}
+		tables := table.FindAllString(body, -1)
+		if len(tables) == 0 {
+			t.Fatalf("%s: no run table", page)
+		}
+		for _, tb := range tables {
+			// widest[i]: column i's longest word that cannot break.
+			var widest []int
+			rows := row.FindAllStringSubmatch(tb, -1)
+			for _, r := range rows {
+				for i, c := range cell.FindAllStringSubmatch(r[1], -1) {
+					if i == len(widest) {
+						widest = append(widest, 0)
+					}
+					if strings.Contains(c[1], "wrap") {
+						continue
+					}
+					for _, w := range strings.Fields(html.UnescapeString(tag.ReplaceAllString(c[2], " "))) {
+						widest[i] = max(widest[i], utf8.RuneCountInString(w))
+					}
+				}
+			}
+			// 8 px a character (13 px type), 13 px of padding and border.
+			px := 0
+			for _, n := range widest {
+				px += 8*max(n, 1) + 13
+			}
+			if px > 960 {
+				t.Errorf("%s: the run table's narrowest layout is %d px (words %v), wider than a 1024-pixel window's page", page, px, widest)
+			}
+			t.Logf("%s: narrowest layout %d px, words %v", page, px, widest)
+			if len(rows) < 2 {
+				t.Errorf("%s: %d rows", page, len(rows))
+			}
 		}
 	}
 }
