@@ -14,6 +14,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/splitbrain/splitbrain/runtime/images"
 )
 
 // Ports of an etcd member.
@@ -46,13 +48,7 @@ var module embed.FS
 // Module is the embedded module that builds etcd (package "." of it):
 // images.GoModule("etcd", Module(), ".", Binary) is the file of an image
 // role of etcd members.
-func Module() fs.FS {
-	sub, err := fs.Sub(module, "build")
-	if err != nil {
-		panic(err) // the embed pattern names build/
-	}
-	return sub
-}
+func Module() fs.FS { return images.ModuleDir(module, "build") }
 
 // Command is member name's command line in a cluster of peers (name →
 // address); token tells this cluster from earlier ones, and noFsync adds

@@ -69,7 +69,8 @@ var PluginImporters = map[string]string{
 // the layer it belongs to here.
 var Table = []Layer{
 	{"records and the runtime's interface", []string{"history", "runtime"}, false},
-	{"runtimes and mechanisms", []string{"runtime/docker", "runtime/memrt", "runtime/ssh", "runtime/images", "internal/..."}, false},
+	{"runtimes and images", []string{"runtime/docker", "runtime/memrt", "runtime/ssh", "runtime/images"}, false},
+	{"mechanisms", []string{"internal/..."}, false},
 	{"components' interfaces and registries", []string{"targets", "targets/store", "targets/external", "nemesis"}, false},
 	{"components", []string{"targets/...", "nemesis/..."}, true},
 	{"catalogue", []string{"catalog"}, false},

@@ -245,6 +245,26 @@ func isStatic(path string) bool {
 	return true
 }
 
+// ModuleDir is directory dir of fsys, the files of a module of our own
+// that a package embeds for [GoModule]:
+//
+//	//go:embed build/go.mod.in build/go.sum.in build/main.go
+//	var module embed.FS
+//	var File = images.GoModule("etcd", images.ModuleDir(module, "build"), ".", Binary)
+//
+// It panics when dir is not a directory of fsys: the embed pattern names
+// it, so its absence is a programming error, seen on the binary's start.
+func ModuleDir(fsys fs.FS, dir string) fs.FS {
+	if info, err := fs.Stat(fsys, dir); err != nil || !info.IsDir() {
+		panic(fmt.Sprintf("images: embedded module %q: not a directory of the embedded files (%v)", dir, err))
+	}
+	sub, err := fs.Sub(fsys, dir)
+	if err != nil {
+		panic(fmt.Sprintf("images: embedded module %q: %v", dir, err))
+	}
+	return sub
+}
+
 // GoModule is a file built with `go build` (static, for this machine's
 // architecture) of package pkg of the Go module whose files src holds,
 // embedded in the binary: a module of its own, such as a pinned server

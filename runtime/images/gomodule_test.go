@@ -2,6 +2,8 @@ package images
 
 import (
 	"context"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"strings"
@@ -57,5 +59,39 @@ func TestGoModule(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "hello is built from its pinned module (example.com/pinned v1.2.3) with the Go toolchain") ||
 		!strings.Contains(err.Error(), "not on PATH") {
 		t.Fatalf("without go: %v", err)
+	}
+}
+
+// TestModuleDir: the directory an embed pattern names is the module's
+// root; a directory that is not there, or a file, panics naming it.
+func TestModuleDir(t *testing.T) {
+	files := fstest.MapFS{
+		"build/go.mod.in": {Data: []byte("module example.com/m\n")},
+		"build/main.go":   {Data: []byte("//go:build ignore\n\npackage main\n")},
+	}
+	for _, tc := range []struct {
+		dir       string
+		wantPanic bool
+	}{
+		{"build", false},
+		{"missing", true},
+		{"build/main.go", true},
+		{"../build", true},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				if (r != nil) != tc.wantPanic {
+					t.Fatalf("ModuleDir(%q): panic %v, want a panic: %v", tc.dir, r, tc.wantPanic)
+				}
+				if r != nil && !strings.Contains(fmt.Sprint(r), tc.dir) {
+					t.Errorf("panic %q does not name %q", r, tc.dir)
+				}
+			}()
+			sub := ModuleDir(files, tc.dir)
+			if _, err := fs.Stat(sub, "go.mod.in"); err != nil {
+				t.Errorf("go.mod.in in %s: %v", tc.dir, err)
+			}
+		})
 	}
 }

@@ -39,7 +39,7 @@ func init() {
 			option.Enum("unlock", "retry: a failed Unlock is retried in the background with the same Mutex (etcd issue 22082)", "once", "retry"),
 			option.Duration("unlock-timeout", "the application's own timeout on Unlock, a duration (default: the release's deadline)", 0, 0, 0).Described("the release's deadline"),
 			option.Duration("unlock-retry-delay", "the wait before each retried Unlock, a duration (default 300ms)", 300*time.Millisecond, 0, 0)),
-		Files:   []images.File{images.GoModule("etcd-v3.7-lock", moduleFS("client37"), ".", Client37Binary)},
+		Files:   []images.File{images.GoModule("etcd-v3.7-lock", images.ModuleDir(modules, "client37"), ".", Client37Binary)},
 		Adapter: "exec " + Client37Binary,
 	})
 }

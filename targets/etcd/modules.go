@@ -1,9 +1,6 @@
 package etcd
 
-import (
-	"embed"
-	"io/fs"
-)
+import "embed"
 
 // modules are the Go modules of their own that etcd's client images need,
 // with their pinned versions (Client37Dir: the v3.7 client adapter; the
@@ -13,12 +10,3 @@ import (
 //
 //go:embed client37/go.mod.in client37/go.sum.in client37/main.go
 var modules embed.FS
-
-// moduleFS is the embedded module in directory dir.
-func moduleFS(dir string) fs.FS {
-	sub, err := fs.Sub(modules, dir)
-	if err != nil {
-		panic(err) // the embed pattern names dir
-	}
-	return sub
-}

@@ -2,7 +2,6 @@ package kubernetes
 
 import (
 	"embed"
-	"io/fs"
 
 	"github.com/splitbrain/splitbrain/runtime/images"
 )
@@ -26,15 +25,6 @@ const BuildDir = "targets/kubernetes/apiserver"
 //go:embed apiserver/go.mod.in apiserver/go.sum.in apiserver/main.go
 var module embed.FS
 
-// moduleFS is the embedded module.
-func moduleFS() fs.FS {
-	sub, err := fs.Sub(module, "apiserver")
-	if err != nil {
-		panic(err) // the embed pattern names apiserver/
-	}
-	return sub
-}
-
 // versionVars are what Kubernetes's own build stamps into its binaries
 // (hack/lib/version.sh: k8s.io/component-base/version's variables), so that
 // `kube-apiserver --version` and /version say the release rather than
@@ -53,4 +43,4 @@ func versionVars() []string {
 // APIServerFile is kube-apiserver, built static on this machine from the
 // pinned module (4 minutes and 2.6 GB of memory the first time on 2 cores;
 // cached after).
-var APIServerFile = images.GoModuleStamped("kube-apiserver", moduleFS(), ".", APIServerBinary, versionVars()...)
+var APIServerFile = images.GoModuleStamped("kube-apiserver", images.ModuleDir(module, "apiserver"), ".", APIServerBinary, versionVars()...)
