@@ -110,6 +110,14 @@ func TestNightlyWorkflow(t *testing.T) {
 	for _, s := range merge.Steps {
 		if strings.HasPrefix(s.Uses, "actions/download-artifact@") {
 			pattern, into = s.With["pattern"], strings.TrimSuffix(s.With["path"], "/")
+			// merge-multiple puts every artefact's files in one directory:
+			// shards' files of the same name would overwrite each other.
+			if mm := s.With["merge-multiple"]; mm != "" && mm != "false" {
+				t.Errorf("download merge-multiple %q: each shard must land in its own directory", mm)
+			}
+			if s.With["name"] != "" {
+				t.Errorf("download names one artefact %q: the merge needs every shard's", s.With["name"])
+			}
 		}
 		if strings.Contains(s.Run, " merge ") {
 			mergeRun = s.Run
