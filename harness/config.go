@@ -171,6 +171,35 @@ func (c Config) Schedule() nemesis.Schedule {
 	return nemesis.Schedule{Interval: c.NemesisInterval, MinDuration: lo, MaxDuration: hi, Overlap: c.FaultOverlap}
 }
 
+// InForce returns c as its run used it, for reports: FaultMin and FaultMax
+// as [Config.Schedule] derives them where they are zero, and in Faults
+// only the settings of the faults Nemesis names, each with the values that
+// follow the target filled in ([nemesis.Resolver]: a clock offset from the
+// lease). backends resolves the target (nil: targets.Lookup); a target it
+// does not know (a run of another build) has its faults' settings resolved
+// from the lease alone. c is not changed.
+func (c Config) InForce(backends Backends) Config {
+	s := c.Schedule()
+	c.FaultMin, c.FaultMax = s.MinDuration, s.MaxDuration
+	t := nemesis.Target{Name: c.Target, LeaseTTL: c.LeaseTTL}
+	if b, err := c.backend(backends); err == nil {
+		t = faultTarget(c, b)
+	}
+	used := nemesis.Specs{}
+	for _, name := range splitList(c.Nemesis) {
+		sp := c.Faults.Get(name)
+		if sp == nil {
+			continue
+		}
+		if r, ok := sp.(nemesis.Resolver); ok {
+			sp = r.Resolved(t)
+		}
+		used[name] = sp
+	}
+	c.Faults = used
+	return c
+}
+
 // Validate returns an InputError naming the first problem. backends
 // resolves the target's name (nil: targets.Lookup). ([Prepare] checks the
 // same and keeps what it built.)

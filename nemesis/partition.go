@@ -39,6 +39,7 @@ type PartitionSpec struct {
 var (
 	_ Spec         = (*PartitionSpec)(nil)
 	_ Availability = (*PartitionSpec)(nil)
+	_ Resolver     = (*PartitionSpec)(nil)
 )
 
 // Flags implements Spec.
@@ -67,6 +68,12 @@ func (s *PartitionSpec) Available(t Target) error {
 // New implements Spec.
 func (s *PartitionSpec) New(t Target) (Nemesis, error) {
 	return &Partition{Topologies: s.topologies(t)}, nil
+}
+
+// Resolved implements Resolver: no topology named means every one that
+// fits t (none when t has no Size).
+func (s *PartitionSpec) Resolved(t Target) Spec {
+	return &PartitionSpec{Topologies: s.topologies(t)}
 }
 
 // topologies are the topologies named, or all those that fit t.

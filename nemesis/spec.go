@@ -38,6 +38,16 @@ type Availability interface {
 	Available(t Target) error
 }
 
+// Resolver is a [Spec] some of whose zero settings stand for values that
+// follow the target (a clock offset of the lease's TTL, every partition
+// topology that fits): Resolved returns a copy with those filled in as the
+// nemesis that New builds for t uses them, leaving a setting zero when t
+// does not say enough (a Target without Size). A run's report shows its
+// fault settings through it. Resolved does not change the spec.
+type Resolver interface {
+	Resolved(t Target) Spec
+}
+
 // Target is what a fault's settings are checked against and its nemesis
 // built for: the shape of the run's target and the run's lease.
 type Target struct {

@@ -567,12 +567,37 @@ func (c *chart) holdBar(h checkers.Hold, ax xAxis, y, rowH float64, fill string,
 		title += "; write sent at " + ax.tf.at(h.WriteAt)
 	}
 	c.Rects = append(c.Rects, svgRect{X: num(x0), Y: num(y), W: num(w), H: num(rowH), Fill: fill, Class: class, Title: title})
-	if label := strconv.FormatUint(h.Token, 10); h.Token != 0 && w >= float64(len(label))*6+4 {
+	if label := holdLabel(h, w); label != "" {
 		c.Texts = append(c.Texts, svgText{X: num(x0 + w/2), Y: num(y + rowH/2), Text: label, Anchor: "middle", Class: "barlabel ymid"})
 	}
 	if h.WriteAt > 0 && (ticks || late || h.Error == history.ErrStaleToken) {
 		c.writeTick(h, ax, y, rowH, late)
 	}
+}
+
+// holdLabel is what a hold's bar of w pixels carries: its fencing token
+// and how long it was held ("token 17, held 1.2 s"), else "token 17", else
+// on a short bar the token's number alone (the section's note says what a
+// bare number is), else nothing; a hold without a token says how long it
+// was held where that fits.
+func holdLabel(h checkers.Hold, w float64) string {
+	var labels []string
+	if h.End >= h.Start && h.End != math.MaxInt64 {
+		labels = append(labels, "held "+dur(time.Duration(h.End-h.Start).Round(time.Millisecond)))
+	}
+	if h.Token != 0 {
+		token := "token " + strconv.FormatUint(h.Token, 10)
+		if len(labels) > 0 {
+			labels[0] = token + ", " + labels[0]
+		}
+		labels = append(labels, token, strconv.FormatUint(h.Token, 10))
+	}
+	for _, l := range labels {
+		if w >= float64(len(l))*5.6+6 {
+			return l
+		}
+	}
+	return ""
 }
 
 // writeTick marks when a hold's write was sent: red when it was a late

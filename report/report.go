@@ -546,11 +546,26 @@ func verdictWord(r checkers.Result) string {
 // notJudged is the verdict word of what judged nothing.
 const notJudged = "not judged"
 
+// optionRows are the run's options as it used them (harness's
+// Config.InForce), named as results.json spells them: one name per field,
+// the fields of nested objects (a fault's settings) as "faults.clock.min";
+// only the settings of the faults the run named. A value the run derived
+// where the option was left at zero (a fault's length from the lease) is
+// marked "(default)".
 func optionRows(run *Run) []kv {
-	// The options as results.json spells them: one name per field, the
-	// fields of nested objects (a fault's settings) as "faults.clock.min".
-	b, _ := json.Marshal(run.Config)
-	return jsonRows("", b)
+	asked, _ := json.Marshal(run.Config)
+	used, _ := json.Marshal(run.Config.InForce(nil))
+	given := map[string]string{}
+	for _, r := range jsonRows("", asked) {
+		given[r.K] = r.V
+	}
+	rows := jsonRows("", used)
+	for i, r := range rows {
+		if g, ok := given[r.K]; ok && g != r.V {
+			rows[i].V += " (default)"
+		}
+	}
+	return rows
 }
 
 // jsonRows flattens the JSON object b into a row per leaf, keys joined
@@ -575,9 +590,6 @@ func jsonRows(prefix string, b []byte) []kv {
 			var n int64
 			if json.Unmarshal(raw, &n) == nil {
 				k, v = strings.TrimSuffix(k, "_ns"), dur(time.Duration(n))
-				if n == 0 {
-					v = "0 (default)"
-				}
 			}
 		} else {
 			var s string

@@ -3,6 +3,7 @@ package report
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -298,5 +299,35 @@ func TestExplainedOnce(t *testing.T) {
 	}
 	if n < 20 {
 		t.Fatalf("%d corpus histories, want the checkers' corpus", n)
+	}
+}
+
+// TestHoldLabel: a bar says what its number is wherever the words fit;
+// only a bar too short for them carries the bare token.
+func TestHoldLabel(t *testing.T) {
+	s := int64(time.Second)
+	tests := []struct {
+		name  string
+		token uint64
+		start int64
+		end   int64
+		width float64
+		want  string
+	}{
+		{"long: token and time held", 17, s, s + 1234*int64(time.Millisecond), 200, "token 17, held 1.23 s"},
+		{"medium: token", 17, s, 2 * s, 60, "token 17"},
+		{"short: the bare token", 17, s, 2 * s, 20, "17"},
+		{"too short for anything", 17, s, 2 * s, 8, ""},
+		{"no token: time held", 0, s, s + 300*int64(time.Millisecond), 80, "held 300 ms"},
+		{"no token, short: nothing", 0, s, 2 * s, 30, ""},
+		{"no end: the token alone", 17, s, math.MaxInt64, 200, "token 17"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			h := checkers.Hold{Token: tt.token, Start: tt.start, End: tt.end}
+			if got := holdLabel(h, tt.width); got != tt.want {
+				t.Errorf("holdLabel(%d px) = %q, want %q", int(tt.width), got, tt.want)
+			}
+		})
 	}
 }

@@ -106,7 +106,10 @@ type Spec struct {
 	Count int `json:"count"`
 }
 
-var _ nemesis.Spec = (*Spec)(nil)
+var (
+	_ nemesis.Spec     = (*Spec)(nil)
+	_ nemesis.Resolver = (*Spec)(nil)
+)
 
 // Flags implements nemesis.Spec.
 func (s *Spec) Flags(fs *pflag.FlagSet) {
@@ -133,6 +136,16 @@ func (s *Spec) Validate(t nemesis.Target) error {
 		return fmt.Errorf("--clock-count %d: the target %s has only %d nodes", s.Count, t.Name, t.Size)
 	}
 	return nil
+}
+
+// Resolved implements nemesis.Resolver: Min and Max as the nemesis for t
+// uses them (zero: TTL and 3×TTL).
+func (s *Spec) Resolved(t nemesis.Target) nemesis.Spec {
+	c := *s
+	c.Targets, c.Modes = maps.Clone(s.Targets), slices.Clone(s.Modes)
+	n := s.nemesis(t)
+	c.Min, c.Max = n.MinOffset, n.MaxOffset
+	return &c
 }
 
 // New implements nemesis.Spec. The target's shimmed roles are skewed

@@ -163,6 +163,7 @@ func DefaultSpec() Spec {
 var (
 	_ nemesis.Spec         = (*Spec)(nil)
 	_ nemesis.Availability = (*Spec)(nil)
+	_ nemesis.Resolver     = (*Spec)(nil)
 )
 
 // Flags implements nemesis.Spec.
@@ -227,6 +228,15 @@ func (s *Spec) Available(t nemesis.Target) error {
 		return fmt.Errorf("--packet-links members needs several lock nodes, target %s has %d", t.Name, t.Size)
 	}
 	return nil
+}
+
+// Resolved implements nemesis.Resolver: Latency as a fault on t delays
+// (zero: half the lease TTL).
+func (s *Spec) Resolved(t nemesis.Target) nemesis.Spec {
+	c := *s
+	c.Effects, c.Links = slices.Clone(s.Effects), slices.Clone(s.Links)
+	c.Latency = s.latency(t)
+	return &c
 }
 
 // latency is Latency, or half the lease TTL when it is zero.
