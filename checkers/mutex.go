@@ -154,7 +154,7 @@ func init() {
 				return s
 			},
 			Line:     mutexLine,
-			Headline: func(r Result, _ Format) string { return "the lock gave a live lock away (" + r.Reason + ")" },
+			Headline: mutexHeadline,
 		},
 	})
 }
@@ -175,6 +175,22 @@ func mutexLine(r Result, f Format) string {
 	default:
 		return fmt.Sprintf("no second grant while a holder's lock was certainly alive (%s); %s", f.Plural(d.Holds, "hold"), d.overlapWords())
 	}
+}
+
+// mutexHeadline says an invalid mutual-exclusion verdict in a few words,
+// its times as f counts them (the reason's are the history's seconds,
+// which a report's lines do not use).
+func mutexHeadline(r Result, f Format) string {
+	d, _ := r.Details.(*MutexDetails)
+	if d == nil || len(d.EarlyExamples) == 0 {
+		return "the lock gave a live lock away (" + r.Reason + ")"
+	}
+	ex := d.EarlyExamples[0]
+	s := fmt.Sprintf("the lock gave a live lock away (%s was granted %s at %s while %s still held it", ex.Second.Client, ex.Key, f.At(ex.Second.Start), ex.First.Client)
+	if d.EarlyOverlaps > 1 {
+		s += "; " + f.Plural(d.EarlyOverlaps, "such second grant") + " in all"
+	}
+	return s + ")"
 }
 
 // overlapWords says what the overlapping holds of a lock that kept its

@@ -2,6 +2,7 @@ package checkers
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -220,7 +221,22 @@ func TestMutexReasonWords(t *testing.T) {
 	if r.Reason != want {
 		t.Fatalf("reason\n %q\nwant\n %q", r.Reason, want)
 	}
+	// The headline counts times as the report's lines do (here: from
+	// 0.4 s), not in the reason's history seconds.
+	head := mutexHeadline(r, shiftedFormat{from: 400 * ms})
+	if want := "the lock gave a live lock away (c2 was granted k0 at t+0.050 while c1 still held it)"; head != want {
+		t.Fatalf("headline\n %q\nwant\n %q", head, want)
+	}
 }
+
+// shiftedFormat counts times from from, as a report counts them from the
+// test phase's start.
+type shiftedFormat struct {
+	secondsFormat
+	from int64
+}
+
+func (f shiftedFormat) At(t int64) string { return fmt.Sprintf("t+%.3f", float64(t-f.from)/1e9) }
 
 // TestMutexUnknownTTL: without a TTL nothing is judged, and it says so.
 func TestMutexUnknownTTL(t *testing.T) {
