@@ -15,9 +15,6 @@ import (
 	"github.com/splitbrain/splitbrain/internal/etcdserver"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/images"
-	"github.com/splitbrain/splitbrain/targets"
-	"github.com/splitbrain/splitbrain/targets/etcd"
-	"github.com/splitbrain/splitbrain/targets/redis"
 	"github.com/splitbrain/splitbrain/targets/store"
 )
 
@@ -41,12 +38,12 @@ type bringupRound struct {
 	Round int `json:"round"`
 	// NetworkMS is docker.New (the run's network), not part of the target.
 	NetworkMS float64 `json:"network_ms"`
-	// EtcdMS is etcd.Target{}.Start: create and start 3 containers, wait
+	// EtcdMS is etcd's Target.Start: create and start 3 containers, wait
 	// until every member answers and they agree on a leader.
 	EtcdMS float64 `json:"etcd_start_ms"`
 	// ContainersMS is when the last of its containers had started.
 	ContainersMS float64 `json:"etcd_containers_started_ms"`
-	// RedisMS and StoreMS are redis.Target{}.Start and store.Deploy on the
+	// RedisMS and StoreMS are Redis's Target.Start and store.Deploy on the
 	// same runtime (for context: the other nodes of a Redis run).
 	RedisMS    float64 `json:"redis_start_ms"`
 	StoreMS    float64 `json:"store_deploy_ms"`
@@ -156,7 +153,7 @@ func bringupOnce(ctx context.Context, env *dockerEnv, round int) bringupRound {
 		br.TeardownMS = ms(time.Since(t))
 	}()
 	tr := &timedRuntime{Runtime: rt, t0: time.Now()}
-	if _, err := (etcd.Target{}).Start(ctx, tr, targets.Options{Images: env.images, TTL: 2 * time.Second}); err != nil {
+	if _, _, err := env.startBackend(ctx, tr, "etcd", nil, 2*time.Second); err != nil {
 		br.Err = err.Error()
 		return br
 	}
@@ -178,7 +175,7 @@ func bringupOnce(ctx context.Context, env *dockerEnv, round int) bringupRound {
 	}
 	defer closeRuntime(rt2)
 	t = time.Now()
-	if _, err := (redis.Target{}).Start(ctx, rt2, targets.Options{Images: env.images, TTL: 2 * time.Second}); err != nil {
+	if _, _, err := env.startBackend(ctx, rt2, "redis", nil, 2*time.Second); err != nil {
 		br.Err = err.Error()
 		return br
 	}

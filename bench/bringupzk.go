@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"os"
 	"time"
-
-	"github.com/splitbrain/splitbrain/targets"
-	"github.com/splitbrain/splitbrain/targets/zookeeper"
 )
 
 // zkRound is one ZooKeeper bring-up.
@@ -44,7 +41,11 @@ func runBringupZK(args []string) error {
 	}
 	c.begin("bringup-zk", args)
 	ctx := context.Background()
-	env, err := connectDocker(ctx, zookeeper.Role)
+	roles, err := backendRoles("zookeeper")
+	if err != nil {
+		return err
+	}
+	env, err := connectDocker(ctx, roles...)
 	if err != nil {
 		return err
 	}
@@ -105,7 +106,11 @@ func bringupZKOnce(ctx context.Context, env *dockerEnv, round int, untuned bool)
 	}
 	defer closeRuntime(rt)
 	tr := &timedRuntime{Runtime: rt, t0: time.Now()}
-	if _, err := (zookeeper.Target{Untuned: untuned}).Start(ctx, tr, targets.Options{Images: env.images, TTL: 2 * time.Second}); err != nil {
+	jvm := map[string]string{"jvm": "tuned"}
+	if untuned {
+		jvm["jvm"] = "defaults"
+	}
+	if _, _, err := env.startBackend(ctx, tr, "zookeeper", jvm, 2*time.Second); err != nil {
 		zr.Err = err.Error()
 		return zr
 	}

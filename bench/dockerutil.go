@@ -21,6 +21,7 @@ import (
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/runtime/images"
+	"github.com/splitbrain/splitbrain/targets"
 
 	// Every backend we ship registers itself.
 	_ "github.com/splitbrain/splitbrain/catalog"
@@ -51,6 +52,42 @@ func connectDocker(ctx context.Context, roles ...string) (*dockerEnv, error) {
 }
 
 func (d *dockerEnv) Close() { d.cli.Close() }
+
+// backendRoles are the image roles of the backends called names, as
+// registered (bench names backends, as the command line does, and reaches
+// them through their registrations: it imports no backend's package).
+func backendRoles(names ...string) ([]string, error) {
+	var roles []string
+	for _, name := range names {
+		b, err := targets.Lookup(name)
+		if err != nil {
+			return nil, err
+		}
+		roles = append(roles, b.RoleNames()...)
+	}
+	return roles, nil
+}
+
+// startBackend starts the backend called name on rt from d's images with
+// its own settings (what --recipe-opt NAME=VALUE would give, checked
+// against its declarations) and the lease TTL ttl; extraCaps are the
+// capabilities a fault measured in its nodes needs.
+func (d *dockerEnv) startBackend(ctx context.Context, rt runtime.Runtime, name string, settings map[string]string, ttl time.Duration, extraCaps ...string) (targets.Backend, targets.Cluster, error) {
+	b, err := targets.Lookup(name)
+	if err != nil {
+		return b, nil, err
+	}
+	r, err := b.RunRecipe()
+	if err != nil {
+		return b, nil, err
+	}
+	own, _, err := b.ParseOptions(r, settings)
+	if err != nil {
+		return b, nil, err
+	}
+	cl, err := b.Target.Start(ctx, rt, targets.Options{Images: d.images, TTL: ttl, Settings: own, ExtraCaps: extraCaps})
+	return b, cl, err
+}
 
 // newRuntime is a fresh run network, as a harness run makes one.
 func (d *dockerEnv) newRuntime(ctx context.Context, prefix string) (*docker.Runtime, string, error) {

@@ -22,8 +22,6 @@ import (
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
-	"github.com/splitbrain/splitbrain/targets/etcd"
-	"github.com/splitbrain/splitbrain/targets/redis"
 	"github.com/splitbrain/splitbrain/targets/store"
 )
 
@@ -78,7 +76,11 @@ func runFaults(args []string) error {
 	}
 	c.begin("faults", args)
 	ctx := context.Background()
-	env, err := connectDocker(ctx, runtime.RoleStore, runtime.RoleClient, redis.Role, etcd.Role)
+	roles, err := backendRoles(splitComma(*tgts)...)
+	if err != nil {
+		return fmt.Errorf("--targets: %w", err)
+	}
+	env, err := connectDocker(ctx, append([]string{runtime.RoleStore, runtime.RoleClient}, roles...)...)
 	if err != nil {
 		return err
 	}
@@ -147,7 +149,7 @@ func faultsRedis(ctx context.Context, env *dockerEnv, n int, rng *rand.Rand) ([]
 	if err != nil {
 		return nil, err
 	}
-	cl, err := redis.Target{}.Start(ctx, rt, targets.Options{Images: env.images, TTL: 2 * time.Second})
+	b, cl, err := env.startBackend(ctx, rt, "redis", nil, 2*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -167,8 +169,14 @@ func faultsRedis(ctx context.Context, env *dockerEnv, n int, rng *rand.Rand) ([]
 		out = append(out, measurePartition(ctx, env, nenv, rng))
 		logf("redis partition %d/%d: %+v", i+1, n, out[len(out)-1])
 	}
-	shim := &clockskew.Shim{Now: redis.ServerTime}
-	redisClock := clockskew.NewProcess(cl.Nodes()[0], shim, 0)
+	clock, err := roleClock(b, cl.Nodes()[0])
+	if err != nil {
+		return out, err
+	}
+	if !clock.Shim {
+		return out, fmt.Errorf("redis's nodes are not skewed by the clock shim: the measured kind says \"(shim)\"")
+	}
+	redisClock := clockskew.NewProcess(cl.Nodes()[0], &clockskew.Shim{Now: clockskew.TimeFunc(clock.Now)}, 0)
 	// As the clock nemesis's Prepare does in a run: the control file is
 	// created and mapped by Redis before the first fault.
 	if err := redisClock.Check(ctx); err != nil {
@@ -178,7 +186,7 @@ func faultsRedis(ctx context.Context, env *dockerEnv, n int, rng *rand.Rand) ([]
 		out = append(out, measureClock(ctx, redisClock, "clock bump redis node (shim)", rng))
 		logf("redis clock %d/%d: %+v", i+1, n, out[len(out)-1])
 	}
-	addr := net.JoinHostPort(cl.Nodes()[0].Addr().String(), strconv.Itoa(redis.Port))
+	addr := cl.Endpoints()[0]
 	for i := range n {
 		out = append(out, measureKill(ctx, env, nenv, "kill+restart redis node", rng, func(context.Context, runtime.Node) bool { return redisPing(addr) }))
 		logf("redis kill %d/%d: %+v", i+1, n, out[len(out)-1])
@@ -194,11 +202,16 @@ func faultsEtcd(ctx context.Context, env *dockerEnv, n int, rng *rand.Rand) ([]f
 	}
 	defer closeRuntime(rt)
 	// SYS_PTRACE: as in a run with the clock nemesis.
-	cl, err := etcd.Target{}.Start(ctx, rt, targets.Options{Images: env.images, TTL: 2 * time.Second, ExtraCaps: []string{runtime.CapSysPtrace}})
+	_, cl, err := env.startBackend(ctx, rt, "etcd", nil, 2*time.Second, runtime.CapSysPtrace)
 	if err != nil {
 		return nil, err
 	}
-	ec := cl.(*etcd.Cluster)
+	// A member's endpoint, by node: Endpoints are in node order.
+	endpoint := map[string]string{}
+	for i, n := range cl.Nodes() {
+		endpoint[n.Name()] = cl.Endpoints()[i]
+	}
+	serves := func(ctx context.Context, n runtime.Node) bool { return etcdServes(ctx, endpoint[n.Name()]) }
 	nenv := &nemesis.Env{Nodes: cl.Nodes()}
 	var out []faultSample
 	for i := range n {
@@ -216,14 +229,33 @@ func faultsEtcd(ctx context.Context, env *dockerEnv, n int, rng *rand.Rand) ([]f
 		logf("etcd clock %d/%d: %+v", i+1, n, out[len(out)-1])
 	}
 	for i := range n {
-		out = append(out, measureKill(ctx, env, nenv, "kill+restart etcd member", rng, etcdServes))
+		out = append(out, measureKill(ctx, env, nenv, "kill+restart etcd member", rng, serves))
 		logf("etcd kill %d/%d: %+v", i+1, n, out[len(out)-1])
-		// The next kill starts from a healthy cluster.
-		if err := ec.WaitHealthy(ctx, 30*time.Second); err != nil {
+		// The next kill starts from a healthy cluster: every member
+		// serves a linearizable read.
+		if err := runtime.Poll(ctx, "etcd members serving after a kill", 30*time.Second, 100*time.Millisecond, func(ctx context.Context) error {
+			for _, m := range cl.Nodes() {
+				if !serves(ctx, m) {
+					return fmt.Errorf("%s does not serve", m.Name())
+				}
+			}
+			return nil
+		}); err != nil {
 			return out, err
 		}
 	}
 	return out, nil
+}
+
+// roleClock is how the clock nemesis skews node n of backend b: its
+// role's declaration.
+func roleClock(b targets.Backend, n runtime.Node) (targets.Clock, error) {
+	for _, r := range b.Roles {
+		if r.Name == n.Role() {
+			return r.Clock, nil
+		}
+	}
+	return targets.Clock{}, fmt.Errorf("%s: node %s's role %q is not one of its roles", b.Name, n.Name(), n.Role())
 }
 
 // waitFor polls cond every millisecond until it holds or timeout passes;
@@ -423,9 +455,9 @@ func redisPing(addr string) bool {
 	return err == nil && strings.HasPrefix(line, "+PONG")
 }
 
-// etcdServes: a linearizable read through this member alone succeeds.
-func etcdServes(ctx context.Context, n runtime.Node) bool {
-	ep := net.JoinHostPort(n.Addr().String(), strconv.Itoa(etcd.ClientPort))
+// etcdServes: a linearizable read through the member at endpoint ep alone
+// succeeds.
+func etcdServes(ctx context.Context, ep string) bool {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 200 * time.Millisecond, Logger: zap.NewNop()})
 	if err != nil {
 		return false

@@ -22,7 +22,6 @@ import (
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/targets"
-	"github.com/splitbrain/splitbrain/targets/redis"
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads"
 	"github.com/splitbrain/splitbrain/workloads/agent"
@@ -121,7 +120,11 @@ func runRecord(args []string) error {
 	}
 	c.begin("record", args)
 	ctx := context.Background()
-	env, err := connectDocker(ctx, runtime.RoleStore, runtime.RoleClient, redis.Role)
+	roles, err := backendRoles("redis")
+	if err != nil {
+		return err
+	}
+	env, err := connectDocker(ctx, append([]string{runtime.RoleStore, runtime.RoleClient}, roles...)...)
 	if err != nil {
 		return err
 	}
@@ -317,12 +320,12 @@ func recordLoops(ctx context.Context, env *dockerEnv, round, conc, keys int, d t
 	if err != nil {
 		return fail(err)
 	}
-	cl, err := redis.Target{}.Start(ctx, rt, targets.Options{Images: env.images, TTL: def.LeaseTTL})
+	b, cl, err := env.startBackend(ctx, rt, "redis", nil, def.LeaseTTL)
 	if err != nil {
 		return fail(err)
 	}
 	base := agent.Config{
-		Recipe: targets.RecipeConfig{Kind: redis.Name, Backend: redis.Name, Endpoints: cl.Endpoints(), TTL: targets.Duration(def.LeaseTTL)}, Store: storeAddr,
+		Recipe: targets.RecipeConfig{Kind: b.Recipe, Backend: b.Name, Endpoints: cl.Endpoints(), TTL: targets.Duration(def.LeaseTTL)}, Store: storeAddr,
 		StoreTimeout:   targets.Duration(def.StoreTimeout),
 		AcquireTimeout: targets.Duration(def.AcquireTimeout),
 		ReleaseTimeout: targets.Duration(def.StoreTimeout),

@@ -58,12 +58,6 @@ type Layer struct {
 // backend, client, store kind and fault the binary ships.
 const Catalog = "catalog"
 
-// PluginImporters are packages other than [Catalog] still allowed to import
-// plug-ins, each with the reason; the list is meant to shrink to nothing.
-var PluginImporters = map[string]string{
-	"bench": "its measurements reach into named backends (etcd's member health through clientv3, the Redis shim's clock, ZooKeeper's untuned JVM); issue 36 item 3 left it for a later change",
-}
-
 // Table is the layering rule, lowest layer first (docs/architecture.md;
 // issue 14). A package the table does not name fails the check: add it to
 // the layer it belongs to here.
@@ -190,7 +184,7 @@ func judge(from string, lf int, to string) string {
 	switch {
 	case lt < 0:
 		return "" // reported as a package in no layer
-	case lt < lf && Table[lt].Plugins && from != Catalog && component(from) != component(to) && PluginImporters[from] == "":
+	case lt < lf && Table[lt].Plugins && from != Catalog && component(from) != component(to):
 		return fmt.Sprintf("%s imports the plug-in %s: only %s imports plug-ins (a plug-in registers itself; reach it through its registry by name, or declare what is needed in its registration)",
 			from, to, Catalog)
 	case lt < lf:

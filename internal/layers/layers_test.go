@@ -107,7 +107,11 @@ func TestRule(t *testing.T) {
 		{"cmd/splitbrain", "scenario", true},                    // top imports presentation
 		{"runtime/ssh", "nemesis", false},                       // a higher layer
 		{"report", "harness/harnesstest", false},                // test-only
-		{"targets/redis", "nemesis/clock", false},               // sideways in layer 1
+		{"targets/redis", "nemesis/clock", false},               // sideways among the plug-ins
+		{"internal/etcdserver", "runtime/images", true},         // a mechanism reads its embedded module
+		{"runtime/images", "internal/etcdserver", false},        // a higher layer
+		{"bench", "targets/etcd", false},                        // bench reaches backends by name, as cmd does
+		{"bench", "nemesis/powerloss", false},                   // idem for faults
 		{"targets/redis", "targets/store", true},                // the store kinds' interface, a lower layer
 		{"targets/redis", "targets/store/postgres", false},      // another component
 		{"targets", "targets/redis", false},                     // a registry naming a plug-in
@@ -120,6 +124,7 @@ func TestRule(t *testing.T) {
 		{"checkers/synth", "workloads", false},                  // different top folders
 		{"history", "checkers", false},                          // up three layers
 		{"bench", "cmd/splitbrain", false},                      // sideways at the top
+		{"bench", "catalog", true},                              // the catalogue registers what it names
 		{"harness", "harness/harnesstest", false},               // test-only
 		{"nemesis/clock/shimtest", "nemesis/clock", false},      // a parent that is no registry
 		{"targets/lockd/server/fsm", "targets/lockd/server", false},

@@ -49,7 +49,7 @@ func init() {
 		// loss of a quorum (docs/durability.md).
 		DurableWith:  map[string]string{ForceSync.Name(): "yes"},
 		UnsyncedWith: map[string]string{ForceSync.Name(): "no"},
-		Options:      option.Decls(ForceSync),
+		Options:      option.Decls(ForceSync, JVM),
 		Recipe:       Name,
 		Probe: &targets.Probe{
 			Endpoint: net.JoinHostPort("127.0.0.1", strconv.Itoa(ClientPort)),

@@ -83,9 +83,6 @@ const DataDir = "/var/lib/zookeeper"
 type Target struct {
 	// Nodes is the ensemble size (3 when zero).
 	Nodes int
-	// Untuned runs the JVMs with their start-up defaults
-	// (ServerConfig.Untuned), to measure what the tuning saves.
-	Untuned bool
 }
 
 var _ targets.Target = Target{}
@@ -106,13 +103,17 @@ var ForceSync = option.Enum("forceSync",
 	"yes: members fsync their transaction log before acknowledging (ZooKeeper's default); no: zookeeper.forceSync=no, never (a power loss of a quorum may lose committed writes)",
 	"yes", "no")
 
+// JVM says whether the members' JVMs start tuned for a quick start (the
+// serial collector, C1 only, a small initial heap: ServerConfig.Untuned
+// false) or with the JVM's defaults, which bench bringup-zk measures
+// against.
+var JVM = option.Enum("jvm",
+	"tuned: the members' JVMs start with the serial collector, C1 only and a small initial heap (quick to serve); defaults: the JVM's own start-up settings",
+	"tuned", "defaults")
+
 // Command is the command line of member name (nN, member number N) of an
 // ensemble of peers (name → address), with the backend's settings opts.
 func Command(name string, peers map[string]string, opts option.Set) ([]string, error) {
-	return Target{}.command(name, peers, opts)
-}
-
-func (t Target) command(name string, peers map[string]string, opts option.Set) ([]string, error) {
 	var ps []string
 	for _, n := range targets.SortedNames(peers) {
 		id, err := memberID(n)
@@ -132,7 +133,7 @@ func (t Target) command(name string, peers map[string]string, opts option.Set) (
 		"--data-dir", DataDir,
 		"--tick", c.Tick.String(),
 	}
-	if t.Untuned {
+	if JVM.Get(opts) == "defaults" {
 		cmd = append(cmd, "--untuned")
 	}
 	if ForceSync.Get(opts) == "no" {
@@ -159,7 +160,7 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 	}
 	cmds := map[string][]string{}
 	for _, n := range names {
-		if cmds[n], err = t.command(n, peers, opts.Settings); err != nil {
+		if cmds[n], err = Command(n, peers, opts.Settings); err != nil {
 			return nil, err
 		}
 	}

@@ -141,12 +141,13 @@ func TestServerConfig(t *testing.T) {
 
 func TestCommandParsesBack(t *testing.T) {
 	peers := map[string]string{"n1": "10.0.0.2", "n2": "10.0.0.3", "n3": "10.0.0.4"}
-	for _, opts := range []option.Set{nil, {"forceSync": "yes"}, {"forceSync": "no"}} {
+	for _, opts := range []option.Set{nil, {"forceSync": "yes"}, {"forceSync": "no"}, {"jvm": "tuned"}, {"jvm": "defaults", "forceSync": "no"}} {
 		cmd, err := Command("n3", peers, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cmd[1] != ServerProgram.Name || slices.Contains(cmd, "--no-force-sync") != (opts["forceSync"] == "no") {
+		if cmd[1] != ServerProgram.Name || slices.Contains(cmd, "--no-force-sync") != (opts["forceSync"] == "no") ||
+			slices.Contains(cmd, "--untuned") != (opts["jvm"] == "defaults") {
 			t.Fatalf("%v: command %v", opts, cmd)
 		}
 		fs := newFlagSet()
