@@ -7,6 +7,7 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"testing"
@@ -56,6 +57,32 @@ func Images(tb testing.TB, cli *client.Client, roles ...string) map[string]strin
 		unavailable(tb, "images cannot be built: %v", err)
 	}
 	return tags
+}
+
+// Runtime is what most Docker tests start with: the engine ([Docker]), the
+// images of roles ([Images]) and a runtime of the test's own on a network of
+// its own, its run ID prefix and a number from the clock. At cleanup the
+// runtime is closed (its containers and network removed) within a minute,
+// a failure to close being the test's error; a test may close it itself
+// first.
+func Runtime(tb testing.TB, prefix string, roles ...string) (*docker.Runtime, map[string]string) {
+	tb.Helper()
+	cli := Docker(tb)
+	imgs := Images(tb, cli, roles...)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("%s%d", prefix, time.Now().UnixNano()%1e9)})
+	if err != nil {
+		tb.Fatalf("docker runtime: %v", err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := rt.Close(ctx); err != nil {
+			tb.Errorf("close the docker runtime: %v", err)
+		}
+	})
+	return rt, imgs
 }
 
 type logWriter struct{ tb testing.TB }

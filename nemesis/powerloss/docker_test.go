@@ -4,7 +4,6 @@ package powerloss_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"os"
@@ -29,21 +28,9 @@ import (
 // written with O_DSYNC survive; and nothing of the fault is left once the
 // runtime is closed (no container, no FUSE mount).
 func TestPowerLossInContainer(t *testing.T) {
-	cli := testenv.Docker(t)
-	imgs := testenv.Images(t, cli, redis.Role)
+	rt, imgs := testenv.Runtime(t, "p", redis.Role)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	runID := fmt.Sprintf("p%d", time.Now().UnixNano()%1e9)
-	rt, err := docker.New(ctx, cli, docker.Options{RunID: runID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	t.Cleanup(func() {
-		if !closed {
-			rt.Close(context.Background())
-		}
-	})
 	nm := &powerloss.Nemesis{Weights: nemesis.Weights{nemesis.GroupNode: 1}, Memory: 64 << 20}
 	wrt, err := nm.Wrap(rt, map[string][]string{redis.Role: {"/data"}})
 	if err != nil {
@@ -112,8 +99,7 @@ printf 'one ' > /data/log && sync /data/log && printf 'two ' >> /data/log`)
 	if err := rt.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	closed = true
-	if c, nets, err := docker.Clean(ctx, cli, runID); err != nil || c != 0 || nets != 0 {
+	if c, nets, err := docker.Clean(ctx, testenv.Docker(t), rt.RunID()); err != nil || c != 0 || nets != 0 {
 		t.Errorf("after Close, clean found %d containers and %d networks (%v)", c, nets, err)
 	}
 	if m, _ := os.ReadFile("/proc/mounts"); strings.Contains(string(m), "splitbrain-powerfs") {

@@ -271,6 +271,10 @@ func overlaps(p netip.Prefix, used []netip.Prefix) bool {
 // Name implements runtime.Runtime.
 func (r *Runtime) Name() string { return "docker" }
 
+// RunID is the run's ID (Options.RunID), which its containers and network
+// carry as a label ([Clean]).
+func (r *Runtime) RunID() string { return r.opts.RunID }
+
 // GrantsDevices implements runtime.DeviceGranter: containers get the
 // devices a spec names.
 func (r *Runtime) GrantsDevices() bool { return true }

@@ -16,7 +16,6 @@ import (
 
 	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/internal/testenv"
-	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/etcd"
 )
@@ -27,19 +26,9 @@ import (
 // etcd_disk_wal_fsync_duration_seconds and skips both under
 // --unsafe-no-fsync; without it each write costs a member one).
 func TestDockerUnsafeNoFsync(t *testing.T) {
-	cli := testenv.Docker(t)
-	imgs := testenv.Images(t, cli, etcd.Role)
+	rt, imgs := testenv.Runtime(t, "e", etcd.Role)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("e%d", time.Now().UnixNano()%1e9)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rt.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
 	cl, err := etcd.Target{}.Start(ctx, rt, targets.Options{Images: imgs, TTL: 2 * time.Second,
 		Settings: option.Set{etcd.UnsafeNoFsync.Name(): "true"}})
 	if err != nil {

@@ -3,7 +3,6 @@ package lockd_test
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/splitbrain/splitbrain/internal/testenv"
 	"github.com/splitbrain/splitbrain/runtime"
-	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/lockd"
 	"github.com/splitbrain/splitbrain/targets/lockd/server"
@@ -27,22 +25,9 @@ import (
 // crashes with the leader is not granted to anyone else before the
 // holder's lease ran out.
 func TestDockerCluster(t *testing.T) {
-	cli := testenv.Docker(t)
-	imgs := testenv.Images(t, cli, lockd.Role)
+	rt, imgs := testenv.Runtime(t, "lk", lockd.Role)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	runID := fmt.Sprintf("lk%d", time.Now().UnixNano()%1e9)
-	rt, err := docker.New(ctx, cli, docker.Options{RunID: runID})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if err := rt.Close(cctx); err != nil {
-			t.Errorf("close runtime: %v", err)
-		}
-	})
 	const ttl = 2 * time.Second
 	start := time.Now()
 	cl, err := lockd.Target{}.Start(ctx, rt, targets.Options{Images: imgs, TTL: ttl})

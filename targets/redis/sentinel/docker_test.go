@@ -5,7 +5,6 @@ package sentinel_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/splitbrain/splitbrain/internal/testenv"
 	"github.com/splitbrain/splitbrain/runtime"
-	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/redis/sentinel"
 )
@@ -25,19 +23,9 @@ import (
 // Sentinels promote a replica, the recipe follows it, and the old primary
 // comes back as a replica of the new one.
 func TestFailover(t *testing.T) {
-	cli := testenv.Docker(t)
-	imgs := testenv.Images(t, cli, sentinel.Role)
+	rt, imgs := testenv.Runtime(t, "s", sentinel.Role)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("s%d", time.Now().UnixNano()%1e9)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rt.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
 	start := time.Now()
 	cl, err := sentinel.Target{}.Start(ctx, rt, targets.Options{Images: imgs, TTL: 2 * time.Second})
 	if err != nil {
