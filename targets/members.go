@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +53,29 @@ func StartMembers(ctx context.Context, rt runtime.Runtime, names []string, spec 
 		return nil, err
 	}
 	return nodes, nil
+}
+
+// ClientEndpoints chooses the endpoints a client dials among a cluster's
+// (Cluster.Endpoints, in node order), by the value of its recipe's
+// "endpoints" option, which each backend declares with its own default:
+// with "all" every member, in order; with "pinned" client cN (the
+// harness's client names) talks only to member N (mod the cluster size).
+func ClientEndpoints(endpoints []string, client, mode string) ([]string, error) {
+	switch mode {
+	case "all":
+		return endpoints, nil
+	case "pinned":
+		n, err := strconv.Atoi(strings.TrimPrefix(client, "c"))
+		if err != nil || n < 1 || !strings.HasPrefix(client, "c") {
+			return nil, fmt.Errorf("pinned endpoints need a client named cN, got %q", client)
+		}
+		if len(endpoints) == 0 {
+			return nil, errors.New("pinned endpoints: the cluster has none")
+		}
+		return []string{endpoints[(n-1)%len(endpoints)]}, nil
+	default:
+		return nil, fmt.Errorf("endpoints=%q: want all or pinned", mode)
+	}
 }
 
 // SortedNames orders node names by number (n1 < n2 < n10).

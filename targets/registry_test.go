@@ -155,3 +155,32 @@ func TestCheckOptions(t *testing.T) {
 		t.Errorf("a backend whose recipe is not registered: %v", err)
 	}
 }
+
+func TestClientEndpoints(t *testing.T) {
+	eps := []string{"a:1", "b:1", "c:1"}
+	for _, tc := range []struct {
+		client, mode string
+		want         []string
+		err          bool
+	}{
+		{"c1", "all", eps, false},
+		{"x", "all", eps, false},
+		{"c1", "pinned", eps[:1], false},
+		{"c3", "pinned", eps[2:], false},
+		{"c5", "pinned", eps[1:2], false},
+		{"x", "pinned", nil, true},
+		{"c0", "pinned", nil, true},
+		{"probe", "pinned", nil, true},
+		{"1", "pinned", nil, true},
+		{"c1", "", nil, true},
+		{"c1", "roundrobin", nil, true},
+	} {
+		got, err := ClientEndpoints(eps, tc.client, tc.mode)
+		if (err != nil) != tc.err || !slices.Equal(got, tc.want) {
+			t.Errorf("%s %q: %v %v, want %v (an error: %v)", tc.client, tc.mode, got, err, tc.want, tc.err)
+		}
+	}
+	if _, err := ClientEndpoints(nil, "c1", "pinned"); err == nil {
+		t.Error("pinned among no endpoints: no error")
+	}
+}

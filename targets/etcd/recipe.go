@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,24 +41,6 @@ type Locker struct {
 
 var _ targets.Locker = (*Locker)(nil)
 
-// ClientEndpoints chooses a client's endpoints: with mode "pinned" client
-// cN talks only to member N (mod the cluster size), with "all" to every
-// member.
-func ClientEndpoints(endpoints []string, client, mode string) ([]string, error) {
-	switch mode {
-	case "", "pinned":
-		n, err := strconv.Atoi(strings.TrimPrefix(client, "c"))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("pinned endpoints need a client named cN, got %q", client)
-		}
-		return []string{endpoints[(n-1)%len(endpoints)]}, nil
-	case "all":
-		return endpoints, nil
-	default:
-		return nil, fmt.Errorf("endpoints=%q: want pinned or all", mode)
-	}
-}
-
 // EndpointsOption says which members a client talks to (the recipe's and
 // client37's option).
 var EndpointsOption = option.Enum("endpoints", "pinned: client cN talks to member N only; all: to every member", "pinned", "all")
@@ -70,7 +50,7 @@ func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, log *
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("etcd recipe: no endpoints")
 	}
-	eps, err := ClientEndpoints(cfg.Endpoints, client, EndpointsOption.Get(cfg.Options))
+	eps, err := targets.ClientEndpoints(cfg.Endpoints, client, EndpointsOption.Get(cfg.Options))
 	if err != nil {
 		return nil, fmt.Errorf("etcd recipe: %w", err)
 	}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -36,26 +34,6 @@ type Locker struct {
 
 var _ targets.Locker = (*Locker)(nil)
 
-// ClientEndpoints chooses a client's endpoints: with mode "all" (or empty)
-// every member, in order; with "pinned" client cN starts at member N (mod
-// the cluster size) only. Either way the client follows not-leader
-// redirects, so a pinned client still reaches the leader through its
-// member.
-func ClientEndpoints(endpoints []string, client, mode string) ([]string, error) {
-	switch mode {
-	case "", "all":
-		return endpoints, nil
-	case "pinned":
-		n, err := strconv.Atoi(strings.TrimPrefix(client, "c"))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("pinned endpoints need a client named cN, got %q", client)
-		}
-		return []string{endpoints[(n-1)%len(endpoints)]}, nil
-	default:
-		return nil, fmt.Errorf("endpoints=%q: want all or pinned", mode)
-	}
-}
-
 // NewLocker is the recipe's targets.LockerFactory. cfg.TTL is the lease
 // asked for (0 = the servers' default); options: endpoints=all|pinned.
 func NewLocker(_ context.Context, cfg targets.RecipeConfig, name string, log *slog.Logger) (targets.Locker, error) {
@@ -69,7 +47,7 @@ func newLocker(cfg targets.RecipeConfig, name string, log *slog.Logger, opts ...
 	if cfg.TTL < 0 {
 		return nil, fmt.Errorf("lockd recipe: negative lease TTL %v", time.Duration(cfg.TTL))
 	}
-	eps, err := ClientEndpoints(cfg.Endpoints, name, EndpointsOption.Get(cfg.Options))
+	eps, err := targets.ClientEndpoints(cfg.Endpoints, name, EndpointsOption.Get(cfg.Options))
 	if err != nil {
 		return nil, fmt.Errorf("lockd recipe: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/external"
@@ -71,8 +72,8 @@ func embedded(name string, src []byte) images.File {
 }
 
 // endpointsOption is every ZooKeeper client's option.
-var endpointsOption = targets.Option{Name: "endpoints", Values: []string{"all", "pinned"},
-	Doc: "all: the whole ensemble (as ZooKeeper clients are configured); pinned: client cN talks to member N only"}
+var endpointsOption = option.Enum("endpoints",
+	"all: the whole ensemble (as ZooKeeper clients are configured); pinned: client cN talks to member N only", "all", "pinned")
 
 // adapterRecipes are the ZooKeeper clients in other languages.
 func adapterRecipes() []targets.Recipe {
@@ -82,7 +83,7 @@ func adapterRecipes() []targets.Recipe {
 			Title:   "Apache Curator's InterProcessMutex (Java, through the client protocol)",
 			Library: "Apache Curator InterProcessMutex", Version: CuratorVersion, Language: "java",
 			Fencing: true, CheckedRelease: true, Renews: true,
-			Options:  []targets.Option{endpointsOption},
+			Options:  option.Decls(endpointsOption),
 			Packages: CuratorPackages,
 			Files:    []images.File{embedded("CuratorAdapter.java", curatorSource)},
 			Build:    CuratorBuild,
@@ -93,7 +94,7 @@ func adapterRecipes() []targets.Recipe {
 			Title:   "Kazoo's Lock (Python, through the client protocol)",
 			Library: "Kazoo Lock", Version: KazooVersion, Language: "python",
 			Fencing: true, CheckedRelease: true, Renews: true,
-			Options:  []targets.Option{endpointsOption},
+			Options:  option.Decls(endpointsOption),
 			Packages: []string{"python3-kazoo"},
 			Files:    []images.File{embedded("kazoo_adapter.py", kazooSource)},
 			Adapter:  KazooAdapter,

@@ -64,7 +64,7 @@ func init() {
 		Version:  targets.ModuleVersion(ClientLibrary),
 		Fencing:  true, CheckedRelease: true, Renews: true,
 		Title:   "go-zookeeper/zk's Lock (Go, in process)",
-		Options: []targets.Option{endpointsOption},
+		Options: option.Decls(endpointsOption),
 		New:     NewLocker,
 	})
 	for _, r := range adapterRecipes() {

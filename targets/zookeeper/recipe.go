@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -92,31 +91,13 @@ var (
 	_ targets.RenewCounter = (*Locker)(nil)
 )
 
-// ClientEndpoints chooses a client's endpoints: with mode "all" (the
-// default, as ZooKeeper clients are configured) the whole ensemble, with
-// "pinned" client cN talks only to member N (mod the ensemble size).
-func ClientEndpoints(endpoints []string, client, mode string) ([]string, error) {
-	switch mode {
-	case "", "all":
-		return endpoints, nil
-	case "pinned":
-		n, err := strconv.Atoi(strings.TrimPrefix(client, "c"))
-		if err != nil || n < 1 {
-			return nil, fmt.Errorf("pinned endpoints need a client named cN, got %q", client)
-		}
-		return []string{endpoints[(n-1)%len(endpoints)]}, nil
-	default:
-		return nil, fmt.Errorf("endpoints=%q: want all or pinned", mode)
-	}
-}
-
 // NewLocker is the recipe's targets.LockerFactory. The session is made at
 // the first acquisition.
 func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, log *slog.Logger) (targets.Locker, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("zookeeper recipe: no endpoints")
 	}
-	eps, err := ClientEndpoints(cfg.Endpoints, client, cfg.Options["endpoints"])
+	eps, err := targets.ClientEndpoints(cfg.Endpoints, client, endpointsOption.Get(cfg.Options))
 	if err != nil {
 		return nil, fmt.Errorf("zookeeper recipe: %w", err)
 	}

@@ -59,12 +59,18 @@ func TestLockerWithoutService(t *testing.T) {
 	if d := time.Since(start); d > 2*time.Second {
 		t.Fatalf("acquire took %v past its 300ms deadline", d)
 	}
+	// As agents make it: through the registered recipe's factory, which
+	// checks the options against their declarations.
+	r, err := targets.LookupRecipe(Name)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, bad := range []targets.RecipeConfig{
 		{Kind: Name, TTL: targets.Duration(time.Second)},
 		{Kind: Name, Endpoints: []string{"a:1"}},
 		{Kind: Name, Endpoints: []string{"a:1"}, TTL: targets.Duration(time.Second), Options: map[string]string{"endpoints": "some"}},
 	} {
-		if _, err := NewLocker(context.Background(), bad, "c1", nil); err == nil {
+		if _, err := r.Factory()(context.Background(), bad, "c1", nil); err == nil {
 			t.Errorf("config %+v accepted", bad)
 		}
 	}

@@ -177,21 +177,11 @@ func TestLowestNode(t *testing.T) {
 }
 
 func TestClientEndpoints(t *testing.T) {
+	// ZooKeeper's clients dial the whole ensemble unless told otherwise
+	// (targets.ClientEndpoints has the table of both modes).
 	eps := []string{"a:1", "b:1", "c:1"}
-	for _, tc := range []struct {
-		client, mode string
-		want         []string
-		err          bool
-	}{
-		{"c1", "", eps, false},
-		{"c5", "pinned", []string{"b:1"}, false},
-		{"x", "pinned", nil, true},
-		{"c1", "some", nil, true},
-	} {
-		got, err := ClientEndpoints(eps, tc.client, tc.mode)
-		if (err != nil) != tc.err || !slices.Equal(got, tc.want) {
-			t.Errorf("%s %s: %v %v", tc.client, tc.mode, got, err)
-		}
+	if got, err := targets.ClientEndpoints(eps, "c5", endpointsOption.Get(nil)); err != nil || !slices.Equal(got, eps) {
+		t.Errorf("c5 by default: %v %v, want %v", got, err, eps)
 	}
 }
 
