@@ -650,6 +650,31 @@ type Column struct {
 	Candidate Candidate
 }
 
+// ColumnOf is candidate c's column of the comparison: its checklist answered
+// from m, the matrix of its runs, its client when it is not the backend's
+// own, and the library its runs used.
+func ColumnOf(c Candidate, m *Matrix) (Column, error) {
+	b, err := targets.Lookup(c.Target)
+	if err != nil {
+		return Column{}, err
+	}
+	col := Column{Target: b.Name, Items: Checklist(b, m), Rows: m.Rows, Name: c.Label(), Candidate: c}
+	if c.Client != b.Recipe {
+		col.Client = c.Client
+	}
+	for _, r := range m.Rows {
+		if r.Library != "" {
+			col.Library, col.Version = r.Library, r.Version
+		}
+	}
+	return col, nil
+}
+
+// Fails reports whether an item of the column's checklist fails.
+func (c Column) Fails() bool {
+	return slices.ContainsFunc(c.Items, func(it Item) bool { return it.Answer == Fail })
+}
+
 // Title names the column: its candidate's name, else its target and
 // client ("redis / redis-py 4.3.4").
 func (c Column) Title() string {

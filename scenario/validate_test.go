@@ -510,3 +510,46 @@ func TestDurableHint(t *testing.T) {
 		}
 	}
 }
+
+// TestColumnOf: a candidate's column names its client only when it is not
+// the backend's own, takes the library its runs recorded, fails when an
+// item does, and an unknown backend is an error.
+func TestColumnOf(t *testing.T) {
+	broken := run("correct-pattern", func(r *Row) {
+		r.Partitions, r.Mismatches = 2, []string{"verdict invalid, expected valid"}
+	})
+	held := run("correct-pattern", func(r *Row) { r.Partitions = 2; r.Library, r.Version = "go.etcd.io/etcd/client/v3", "v3.6.16" })
+	for _, tc := range []struct {
+		name       string
+		c          Candidate
+		rows       []Row
+		client     string
+		library    string
+		fails, err bool
+	}{
+		{"own client", Candidate{Target: "etcd", Client: "etcd"}, []Row{held}, "", "go.etcd.io/etcd/client/v3", false, false},
+		{"default client", Candidate{Target: "etcd"}, []Row{held}, "", "go.etcd.io/etcd/client/v3", false, false},
+		{"another client", Candidate{Target: "etcd", Client: "etcd-v3.7"}, []Row{held}, "etcd-v3.7", "go.etcd.io/etcd/client/v3", false, false},
+		{"a failing item", Candidate{Target: "etcd"}, []Row{broken}, "", "", true, false},
+		{"unknown backend", Candidate{Target: "consul"}, nil, "", "", false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			col, err := ColumnOf(tc.c, &Matrix{Rows: tc.rows})
+			if (err != nil) != tc.err {
+				t.Fatalf("ColumnOf: %v, want an error: %v", err, tc.err)
+			}
+			if err != nil {
+				return
+			}
+			if col.Target != tc.c.Target || col.Client != tc.client || col.Library != tc.library || col.Name != tc.c.Label() {
+				t.Errorf("column %q: target %q client %q library %q, want %q %q %q", col.Name, col.Target, col.Client, col.Library, tc.c.Target, tc.client, tc.library)
+			}
+			if len(col.Items) == 0 || len(col.Rows) != len(tc.rows) {
+				t.Errorf("%d items, %d rows", len(col.Items), len(col.Rows))
+			}
+			if col.Fails() != tc.fails {
+				t.Errorf("Fails() = %v, want %v", col.Fails(), tc.fails)
+			}
+		})
+	}
+}

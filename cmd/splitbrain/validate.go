@@ -163,31 +163,19 @@ func runValidate(cmd *cobra.Command, g *globalFlags, vf *validateFlags, mf *matr
 			return err
 		}
 		runs += len(m.Rows)
-		c := cands[i]
-		b, err := targets.Lookup(c.Target)
+		col, err := scenario.ColumnOf(cands[i], m)
 		if err != nil {
 			return &harness.InputError{Err: err}
 		}
-		col := scenario.Column{Target: b.Name, Items: scenario.Checklist(b, m), Rows: m.Rows, Name: c.Label(), Candidate: c}
-		if c.Client != b.Recipe {
-			col.Client = c.Client
-		}
-		for _, r := range m.Rows {
-			if r.Library != "" {
-				col.Library, col.Version = r.Library, r.Version
-			}
-		}
 		if vf.verbose {
 			fmt.Fprintln(stdout)
-			scenario.WriteChecklist(stdout, longName(b, col, c), col.Items)
+			scenario.WriteChecklist(stdout, longName(col), col.Items)
 		}
 		cols = append(cols, col)
 		if err := mismatchError(m); err != nil && mismatch == nil {
 			mismatch = err
 		}
-		for _, it := range col.Items {
-			failed = failed || it.Answer == scenario.Fail
-		}
+		failed = failed || col.Fails()
 	}
 
 	out := filepath.Join(mf.results, "validate", started.UTC().Format("20060102T150405Z"))
@@ -316,7 +304,12 @@ func (vf *validateFlags) candidateList(cmd *cobra.Command) ([]scenario.Candidate
 
 // longName names a candidate in the long checklist (--verbose): its
 // backend, client, configuration and library.
-func longName(b targets.Backend, col scenario.Column, c scenario.Candidate) string {
+func longName(col scenario.Column) string {
+	c := col.Candidate
+	b, err := targets.Lookup(col.Target)
+	if err != nil {
+		return col.Title()
+	}
 	name := col.Title() + ": " + b.Name
 	if col.Client != "" {
 		name += " with client " + col.Client
