@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -69,5 +70,28 @@ func TestComparisonNoScroll(t *testing.T) {
 		if !strings.Contains(page, fmt.Sprintf(`<details id="c%d">`, i)) {
 			t.Errorf("no details of candidate %d", i)
 		}
+	}
+}
+
+// TestWriteComparisonFile: the page goes where it is asked, its directory
+// made, its run links relative to that directory; a path it cannot write
+// says which page.
+func TestWriteComparisonFile(t *testing.T) {
+	dir := t.TempDir()
+	cols := []Column{{Target: "etcd", Items: []Item{{Question: qExpiry, Answer: Pass, Evidence: "recovered",
+		Runs: []RunRef{{Scenario: "holder-lost-recovery", Dir: filepath.Join(dir, "runs", "holder-lost-recovery"), Exercised: true}}}}}}
+	path := filepath.Join(dir, "validate", "T1", "checklist.html")
+	if err := WriteComparisonFile(path, cols); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "../../runs/holder-lost-recovery/report.html") {
+		t.Errorf("the page links no run relative to its directory:\n%s", b)
+	}
+	if err := WriteComparisonFile(filepath.Join(path, "x.html"), cols); err == nil || !strings.Contains(err.Error(), "comparison page") {
+		t.Errorf("a page under a file: %v", err)
 	}
 }

@@ -4,9 +4,27 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 )
+
+// WriteComparisonFile writes the comparison page ([WriteComparison]) to
+// path, making its directory; its links to the runs are relative to it.
+func WriteComparisonFile(path string, cols []Column) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("comparison page: %w", err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("comparison page: %w", err)
+	}
+	if err := WriteComparison(f, filepath.Dir(path), cols); err != nil {
+		f.Close()
+		return fmt.Errorf("comparison page: %w", err)
+	}
+	return f.Close()
+}
 
 // WriteComparison writes one HTML page comparing columns (candidates):
 // first a line per candidate in plain words (Column.Summary), then the

@@ -199,7 +199,7 @@ func runValidate(cmd *cobra.Command, g *globalFlags, vf *validateFlags, mf *matr
 	if page == "" {
 		page = filepath.Join(out, "checklist.html")
 	}
-	if err := writeComparison(page, cols); err != nil {
+	if err := scenario.WriteComparisonFile(page, cols); err != nil {
 		return err
 	}
 	fmt.Fprintf(stdout, "\nchecklist page: %s\n", page)
@@ -369,22 +369,6 @@ func recipeOf(b targets.Backend, client string) (targets.Recipe, error) {
 		return b.RunRecipe()
 	}
 	return targets.LookupRecipe(client)
-}
-
-// writeComparison writes the comparison page to path.
-func writeComparison(path string, cols []scenario.Column) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("comparison page: %w", err)
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("comparison page: %w", err)
-	}
-	if err := scenario.WriteComparison(f, filepath.Dir(path), cols); err != nil {
-		f.Close()
-		return fmt.Errorf("comparison page: %w", err)
-	}
-	return f.Close()
 }
 
 // validateDefault is the backend validate checks when none is named: the
