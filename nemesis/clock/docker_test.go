@@ -4,7 +4,6 @@ package clock_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -20,7 +19,6 @@ import (
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/nemesis/clock"
 	"github.com/splitbrain/splitbrain/runtime"
-	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/redis"
@@ -35,19 +33,9 @@ import (
 // early, and after reset every clock reads true time again with the vDSO
 // restored.
 func TestClockInContainers(t *testing.T) {
-	cli := testenv.Docker(t)
-	imgs := testenv.Images(t, cli, images.RoleClient, redis.Role)
+	rt, imgs := testenv.Runtime(t, "k", images.RoleClient, redis.Role)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("k%d", time.Now().UnixNano()%1e9)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rt.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
 	cluster, err := redis.Target{}.Start(ctx, rt, targets.Options{Images: imgs, TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -195,15 +183,9 @@ func TestClockInContainers(t *testing.T) {
 // with the engine's timestamps of the lines it prints), and true time
 // again after the reset.
 func TestClockReachesAdapters(t *testing.T) {
-	cli := testenv.Docker(t)
-	imgs := testenv.Images(t, cli, redispy.Role)
+	rt, imgs := testenv.Runtime(t, "k", redispy.Role)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("k%d", time.Now().UnixNano()%1e9)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close(context.Background()) })
 	// PID 1 starts the "adapter", which prints time.time() ten times a
 	// second.
 	n, err := rt.Start(ctx, runtime.NodeSpec{
@@ -285,19 +267,9 @@ while True:
 // fault of the nemesis on the Redis node measures its rate at heal, and
 // every clock is back on true time.
 func TestClockDriftInContainers(t *testing.T) {
-	cli := testenv.Docker(t)
-	imgs := testenv.Images(t, cli, images.RoleClient, redis.Role)
+	rt, imgs := testenv.Runtime(t, "d", images.RoleClient, redis.Role)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("d%d", time.Now().UnixNano()%1e9)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rt.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
 	cluster, err := redis.Target{}.Start(ctx, rt, targets.Options{Images: imgs, TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
