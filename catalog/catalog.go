@@ -16,6 +16,7 @@ import (
 	// Lock backends and their recipes.
 	_ "github.com/splitbrain/splitbrain/targets/etcd"
 	_ "github.com/splitbrain/splitbrain/targets/external"
+	_ "github.com/splitbrain/splitbrain/targets/kubernetes"
 	_ "github.com/splitbrain/splitbrain/targets/lockd"
 	_ "github.com/splitbrain/splitbrain/targets/mariadb"
 	_ "github.com/splitbrain/splitbrain/targets/postgres"

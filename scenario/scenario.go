@@ -239,6 +239,10 @@ const (
 	faultPacket    = "packet"
 )
 
+// kubernetesKind is client-go's leader election recipe, named as the
+// registry knows it (a scenario does not import a backend's package).
+const kubernetesKind = "kubernetes"
+
 // The store-side fence for a client with no token, named as the store
 // registry knows it (a scenario does not import a store's package): each
 // counter a row of PostgreSQL, a write refused when the row's version is
@@ -844,6 +848,24 @@ func Catalogue() []Scenario {
 				nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = nemesis.Weights{nemesis.GroupHolder: 2, nemesis.GroupClient: 1}
 				c.Work, c.NemesisInterval = 300*time.Millisecond, 2*time.Second
 			},
+			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
+		},
+		// Kubernetes leader election (client-go tools/leaderelection on a
+		// Lease; docs/kubernetes.md): the library says it does not
+		// guarantee a single leader. A leader cut from the API servers
+		// stops renewing; the others take the Lease a LeaseDuration
+		// after the last renewal they saw, while the cut leader, which
+		// still reaches the store, finishes its work and writes.
+		{
+			Name: "leader-election-cut-leader", AntiPattern: KnownBug, Needs: []Need{ClientIs(kubernetesKind)},
+			Title: "client-go leader election: a leader cut from the API servers (still reaching the store) finishes its work and writes after another candidate took the Lease",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "partition", 1, 3
+				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
+				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
+			},
+			// Fenced, the same cut is late-writer-drill (its late write
+			// refused).
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
 		// A session lock's known problem (docs/postgres.md has the

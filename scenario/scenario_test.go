@@ -52,11 +52,11 @@ func TestCatalogueCoversEveryAntiPattern(t *testing.T) {
 // computed from what the shipped backends declare, are the ones the
 // catalogue named before it chose by declaration.
 func TestTargetsFromDeclarations(t *testing.T) {
-	all := "etcd,lockd,mariadb,postgres,redis,zookeeper"
+	all := "etcd,kubernetes,lockd,mariadb,postgres,redis,zookeeper"
 	// Redis with Sentinel fails over asynchronously: not the scenarios
 	// that expect the lock's promises through kills of its leader, but
 	// the failover ones.
-	withSentinel := "etcd,lockd,mariadb,postgres,redis,redis-sentinel,zookeeper"
+	withSentinel := "etcd,kubernetes,lockd,mariadb,postgres,redis,redis-sentinel,zookeeper"
 	want := map[string]string{
 		"correct-pattern":      all,
 		"holder-lost-recovery": withSentinel,
@@ -67,11 +67,11 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		"client-clock-expiry":  "redis,redis-sentinel",
 		"client-clock-drift":   "redis,redis-sentinel",
 		"unchecked-release":    "redis,redis-sentinel",
-		"unfenced-late-write":  "etcd,lockd,mariadb,postgres,redis,redis-sentinel,redlock,zookeeper",
+		"unfenced-late-write":  "etcd,kubernetes,lockd,mariadb,postgres,redis,redis-sentinel,redlock,zookeeper",
 		"bypass-writer":        "mariadb,postgres,redis",
 		"single-node-away":     "mariadb,postgres,redis",
 		"single-node-restart":  "redis",
-		"busy-vs-unavailable":  "etcd,lockd,redis-sentinel,zookeeper",
+		"busy-vs-unavailable":  "etcd,kubernetes,lockd,redis-sentinel,zookeeper",
 		"late-writer-drill":    withSentinel,
 		// A client with no token (by its backend's own: Redlock's
 		// redsync; validate runs them with every such library).
@@ -80,8 +80,8 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		"single-node-away-unfenced":     "",
 		"late-writer-drill-store-fence": "redlock",
 		// Packet faults: clients that renew; a lease that is not.
-		"delayed-renewal-unfenced": "etcd,lockd,zookeeper",
-		"delayed-renewal-fenced":   "etcd,lockd,zookeeper",
+		"delayed-renewal-unfenced": "etcd,kubernetes,lockd,zookeeper",
+		"delayed-renewal-fenced":   "etcd,kubernetes,lockd,zookeeper",
 		"slow-store-late-write":    "redis,redis-sentinel",
 		"token-across-restarts":    all,
 		// Known bugs: of Redlock (by its shape), and of one client
@@ -93,6 +93,7 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		"etcd-unlock-once":               "",
 		"curator-disconnect-two-holders": "",
 		"curator-session-expiry-race":    "",
+		"leader-election-cut-leader":     "kubernetes",
 		"half-open-session":              "mariadb,postgres",
 		"half-open-keepalive":            "mariadb,postgres",
 		// Asynchronous failover.

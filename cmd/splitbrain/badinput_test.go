@@ -70,7 +70,7 @@ func TestRefusedBeforeDocker(t *testing.T) {
 		{"client-check zero ttl", []string{"client-check", "--ttl", "0s", "--", "true"}, noResults, "--ttl must be positive, got 0s"},
 		{"client-check malformed endpoint", []string{"client-check", "--backend", "etcd", "--endpoints", "localhost", "--", "true"}, noResults, `--endpoints "localhost": want host:port`},
 		{"client-check endpoint bad port", []string{"client-check", "--backend", "etcd", "--endpoints", "127.0.0.1:99999", "--", "true"}, noResults, `--endpoints "127.0.0.1:99999": want host:port`},
-		{"client-check unknown backend with endpoints", []string{"client-check", "--backend", "consul", "--endpoints", "127.0.0.1:8500", "--", "true"}, noResults, `--backend: unknown target "consul" (known: etcd, lockd`},
+		{"client-check unknown backend with endpoints", []string{"client-check", "--backend", "consul", "--endpoints", "127.0.0.1:8500", "--", "true"}, noResults, `--backend: unknown target "consul" (known: etcd, kubernetes, lockd`},
 		{"client-check no such dir", []string{"client-check", "--dir", "/nonexistent", "--", "true"}, noResults, "--dir /nonexistent: no such directory"},
 		{"client-check missing adapter file", []string{"client-check", "--", "./my_lock.py"}, noResults, "adapter program ./my_lock.py: no such file"},
 		{"client-check missing adapter program", []string{"client-check", "--", "no-such-adapter-program"}, noResults, "adapter program no-such-adapter-program: not found on PATH"},
