@@ -18,7 +18,6 @@ import (
 	"github.com/splitbrain/splitbrain/internal/clockskew"
 	"github.com/splitbrain/splitbrain/internal/testenv"
 	"github.com/splitbrain/splitbrain/runtime"
-	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/external"
 	"github.com/splitbrain/splitbrain/targets/zookeeper"
@@ -76,19 +75,9 @@ func jvmClocks(ctx context.Context, t *testing.T, n runtime.Node) (wall, mono ti
 // restarted keeps its data (its transaction log in the state directory:
 // the zxid goes on from where it was).
 func TestZooKeeperClockAndRestart(t *testing.T) {
-	cli := testenv.Docker(t)
-	imgs := testenv.Images(t, cli, zookeeper.Role)
+	rt, imgs := testenv.Runtime(t, "z", zookeeper.Role)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("z%d", time.Now().UnixNano()%1e9)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rt.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
 	start := time.Now()
 	cl, err := zookeeper.Target{}.Start(ctx, rt, targets.Options{Images: imgs, TTL: 2 * time.Second, ExtraCaps: []string{runtime.CapSysPtrace}})
 	if err != nil {
@@ -177,20 +166,9 @@ func TestZooKeeperClockAndRestart(t *testing.T) {
 // ensemble: each speaks the client protocol, says what it offers, tells
 // busy from granted and gives tokens that grow.
 func TestZooKeeperAdaptersConform(t *testing.T) {
-	cli := testenv.Docker(t)
-	roles := []string{zookeeper.Role, "client-" + zookeeper.CuratorKind, "client-" + zookeeper.KazooKind}
-	imgs := testenv.Images(t, cli, roles...)
+	rt, imgs := testenv.Runtime(t, "z", zookeeper.Role, "client-"+zookeeper.CuratorKind, "client-"+zookeeper.KazooKind)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("z%d", time.Now().UnixNano()%1e9)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rt.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
 	cl, err := zookeeper.Target{}.Start(ctx, rt, targets.Options{Images: imgs, TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
