@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/splitbrain/splitbrain/internal/testenv"
-	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/runtime/images"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/etcd"
@@ -140,33 +138,16 @@ func TestMutexFixtures(t *testing.T) {
 // is taken when its wait begins (the long-wait step), against a real etcd
 // cluster whose leases expire by waiting out their TTL.
 func TestClientCheckEarlyLease(t *testing.T) {
-	cli := testenv.Docker(t)
-	imgs := testenv.Images(t, cli, etcd.Role)
+	rt, imgs := testenv.Runtime(t, "m", etcd.Role)
 	bin := filepath.Join(earlyLeaseDir(t), "etcd-early-lease")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("m%d", time.Now().UnixNano()%1e9)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rt.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
 	cl, err := etcd.Target{}.Start(ctx, rt, targets.Options{Images: imgs, TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	eps := cl.Endpoints()
-	if conn, err := net.DialTimeout("tcp", eps[0], 2*time.Second); err != nil {
-		if testenv.InCI() {
-			t.Fatalf("CI=true and this host cannot reach the run's network at %s: %v", eps[0], err)
-		}
-		t.Skipf("this host cannot reach the run's network at %s: %v", eps[0], err)
-	} else {
-		conn.Close()
-	}
+	testenv.Reach(t, eps[0])
 	code, stdout, stderr := run(t, "client-check", "--backend", "etcd", "--endpoints", strings.Join(eps, ","), "--log-level", "warn", "--", bin)
 	t.Logf("exit %d\n%s%s", code, stdout, stderr)
 	if code != exitInvalid {

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -83,6 +84,22 @@ func Runtime(tb testing.TB, prefix string, roles ...string) (*docker.Runtime, ma
 		}
 	})
 	return rt, imgs
+}
+
+// Reach checks that this host can reach addr on the containers' network,
+// which tests that dial a service directly need: when it cannot, the test
+// is skipped, or fails in CI.
+func Reach(tb testing.TB, addr string) {
+	tb.Helper()
+	conn, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err == nil {
+		conn.Close()
+		return
+	}
+	if InCI() {
+		tb.Fatalf("CI=true and this host cannot reach the run's network at %s: %v", addr, err)
+	}
+	tb.Skipf("this host cannot reach the run's network at %s: %v", addr, err)
 }
 
 type logWriter struct{ tb testing.TB }

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -35,14 +34,7 @@ func TestDockerUnsafeNoFsync(t *testing.T) {
 		t.Fatal(err)
 	}
 	eps := cl.Endpoints()
-	if conn, err := net.DialTimeout("tcp", eps[0], 2*time.Second); err != nil {
-		if testenv.InCI() {
-			t.Fatalf("CI=true and this host cannot reach the run's network at %s: %v", eps[0], err)
-		}
-		t.Skipf("this host cannot reach the run's network at %s: %v", eps[0], err)
-	} else {
-		conn.Close()
-	}
+	testenv.Reach(t, eps[0])
 	c, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,6 @@ package kubernetes_test
 
 import (
 	"context"
-	"fmt"
-	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,7 +12,6 @@ import (
 	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/internal/testenv"
 	"github.com/splitbrain/splitbrain/runtime"
-	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/kubernetes"
 )
@@ -26,19 +23,9 @@ import (
 // next: twice in a row, after the API server was killed and restarted, and
 // after etcd's leader was.
 func TestControlPlane(t *testing.T) {
-	cli := testenv.Docker(t)
-	imgs := testenv.Images(t, cli, kubernetes.EtcdRole, kubernetes.APIServerRole)
+	rt, imgs := testenv.Runtime(t, "k", kubernetes.EtcdRole, kubernetes.APIServerRole)
 	ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 	defer cancel()
-	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("k%d", time.Now().UnixNano()%1e9)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := rt.Close(context.Background()); err != nil {
-			t.Error(err)
-		}
-	})
 	start := time.Now()
 	cl, err := kubernetes.Target{}.Start(ctx, rt, targets.Options{Images: imgs, TTL: 2 * time.Second})
 	if err != nil {
@@ -49,14 +36,7 @@ func TestControlPlane(t *testing.T) {
 		t.Fatalf("versions %v, want kube-apiserver %s and etcd 3.x", v, kubernetes.Release)
 	}
 	eps := cl.Endpoints()
-	if conn, err := net.DialTimeout("tcp", eps[0], 2*time.Second); err != nil {
-		if testenv.InCI() {
-			t.Fatalf("CI=true and this host cannot reach the run's network at %s: %v", eps[0], err)
-		}
-		t.Skipf("this host cannot reach the run's network at %s: %v", eps[0], err)
-	} else {
-		conn.Close()
-	}
+	testenv.Reach(t, eps[0])
 
 	decls := option.Decls(kubernetes.LeaseDurationOption, kubernetes.RenewDeadlineOption, kubernetes.RetryPeriodOption, kubernetes.TokenOption)
 	kinds := []string{kubernetes.TokenTransitions, kubernetes.TokenResourceVersion}

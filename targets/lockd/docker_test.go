@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
-	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -58,7 +57,7 @@ func TestDockerCluster(t *testing.T) {
 	}
 
 	recipe := targets.RecipeConfig{Kind: lockd.Name, Endpoints: c.Endpoints(), TTL: targets.Duration(ttl)}
-	reach(t, recipe.Endpoints[0])
+	testenv.Reach(t, recipe.Endpoints[0])
 	l := newLocker(t, recipe, "c1")
 	other := newLocker(t, recipe, "c2")
 	var last uint64
@@ -190,21 +189,6 @@ func TestDockerCluster(t *testing.T) {
 		t.Fatalf("%s served %d times, want 2:\n%s", leader.Name(), n, logs.String())
 	}
 	token("after the restart")
-}
-
-// reach fails the test (in CI) or skips it when this host cannot reach
-// the containers' network, which the recipe checks need.
-func reach(t *testing.T, endpoint string) {
-	t.Helper()
-	conn, err := net.DialTimeout("tcp", endpoint, 2*time.Second)
-	if err == nil {
-		conn.Close()
-		return
-	}
-	if testenv.InCI() {
-		t.Fatalf("CI=true and this host cannot reach the run's network at %s: %v", endpoint, err)
-	}
-	t.Skipf("this host cannot reach the run's network at %s: %v", endpoint, err)
 }
 
 func newLocker(t *testing.T, cfg targets.RecipeConfig, name string) targets.Locker {
