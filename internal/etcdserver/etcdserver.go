@@ -45,10 +45,13 @@ const BuildDir = "internal/etcdserver/build"
 //go:embed build/go.mod.in build/go.sum.in build/main.go
 var module embed.FS
 
-// Module is the embedded module that builds etcd (package "." of it):
-// images.GoModule("etcd", Module(), ".", Binary) is the file of an image
-// role of etcd members.
+// Module is the embedded module that builds etcd (package "." of it).
 func Module() fs.FS { return images.ModuleDir(module, "build") }
+
+// File is the etcd binary of an image role of etcd members, built from
+// Module and installed as Binary: every backend whose nodes run etcd
+// declares this one file, so they share one build.
+func File() images.File { return images.GoModule("etcd", Module(), ".", Binary) }
 
 // Command is member name's command line in a cluster of peers (name →
 // address); token tells this cluster from earlier ones, and noFsync adds

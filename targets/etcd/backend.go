@@ -26,7 +26,7 @@ const ClientLibrary = "go.etcd.io/etcd/client/v3"
 // clock skewed through the vDSO (a Go program).
 var NodeRole = targets.Role{
 	Name:      Role,
-	Files:     []images.File{images.GoModule("etcd", etcdserver.Module(), ".", Binary)},
+	Files:     []images.File{etcdserver.File()},
 	StateDirs: []string{DataDir},
 }
 

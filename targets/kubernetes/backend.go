@@ -17,7 +17,7 @@ const Name = "kubernetes"
 // both backends run the same image.
 var EtcdNodeRole = targets.Role{
 	Name:      EtcdRole,
-	Files:     []images.File{images.GoModule("etcd", etcdserver.Module(), ".", etcdserver.Binary)},
+	Files:     []images.File{etcdserver.File()},
 	StateDirs: []string{etcdserver.DataDir},
 }
 
