@@ -21,7 +21,11 @@ import (
 func TestTopologiesReachability(t *testing.T) {
 	cli := testenv.Docker(t)
 	img := testenv.Images(t, cli, images.RoleClient)[images.RoleClient]
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// Every topology, each probed during and after: about 7 minutes in CI
+	// beside the other packages' Docker tests (10 were once not enough when
+	// the engine's exec calls slowed down); the package's own -timeout is
+	// the outer bound.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("p%d", time.Now().UnixNano()%1e9)})
 	if err != nil {
