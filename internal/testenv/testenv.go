@@ -23,8 +23,10 @@ import (
 // InCI reports whether the tests run in CI (CI=true).
 func InCI() bool { return os.Getenv("CI") == "true" }
 
-// unavailable skips, or fails in CI.
-func unavailable(tb testing.TB, format string, args ...any) {
+// Unavailable skips the test for want of something it needs (format says
+// what, and how to install it), or fails it in CI, where nothing may be
+// missing.
+func Unavailable(tb testing.TB, format string, args ...any) {
 	tb.Helper()
 	if InCI() {
 		tb.Fatalf("CI=true and "+format, args...)
@@ -39,7 +41,7 @@ func Docker(tb testing.TB) *client.Client {
 	defer cancel()
 	cli, err := docker.Connect(ctx)
 	if err != nil {
-		unavailable(tb, "no Docker engine: %v", err)
+		Unavailable(tb, "no Docker engine: %v", err)
 	}
 	tb.Cleanup(func() { cli.Close() })
 	return cli
@@ -55,7 +57,7 @@ func Images(tb testing.TB, cli *client.Client, roles ...string) map[string]strin
 	b.Progress = logWriter{tb}
 	tags, err := b.Ensure(ctx, roles)
 	if err != nil {
-		unavailable(tb, "images cannot be built: %v", err)
+		Unavailable(tb, "images cannot be built: %v", err)
 	}
 	return tags
 }
@@ -96,10 +98,7 @@ func Reach(tb testing.TB, addr string) {
 		conn.Close()
 		return
 	}
-	if InCI() {
-		tb.Fatalf("CI=true and this host cannot reach the run's network at %s: %v", addr, err)
-	}
-	tb.Skipf("this host cannot reach the run's network at %s: %v", addr, err)
+	Unavailable(tb, "this host cannot reach the run's network at %s: %v", addr, err)
 }
 
 type logWriter struct{ tb testing.TB }
