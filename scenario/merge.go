@@ -311,7 +311,7 @@ func copyTree(src, dst string) error {
 func (mg *Merged) write(o MergeOptions) error {
 	validate := strings.HasPrefix(mg.Plan, "validate")
 	for _, m := range mg.Matrices {
-		p := filepath.Join(o.Results, "matrix", fmt.Sprintf("%s-%s", m.Set.Name, m.Started.Format("20060102T150405Z")), "matrix.json")
+		p := m.JSONPath(o.Results)
 		if err := m.WriteJSON(p); err != nil {
 			return err
 		}
@@ -347,19 +347,8 @@ func (mg *Merged) write(o MergeOptions) error {
 		}
 	}
 	if o.Page != "" {
-		if err := os.MkdirAll(filepath.Dir(o.Page), 0o755); err != nil {
-			return fmt.Errorf("checklist page: %w", err)
-		}
-		f, err := os.Create(o.Page)
-		if err != nil {
-			return fmt.Errorf("checklist page: %w", err)
-		}
-		if err := WriteComparison(f, filepath.Dir(o.Page), mg.Columns); err != nil {
-			f.Close()
-			return fmt.Errorf("checklist page: %w", err)
-		}
-		if err := f.Close(); err != nil {
-			return fmt.Errorf("checklist page: %w", err)
+		if err := WriteComparisonFile(o.Page, mg.Columns); err != nil {
+			return err
 		}
 	}
 	return nil

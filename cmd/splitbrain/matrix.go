@@ -7,7 +7,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -182,7 +181,7 @@ func runMatrix(cmd *cobra.Command, g *globalFlags, set *scenario.Set, mf *matrix
 	if err := m.WriteTable(cmd.OutOrStdout()); err != nil {
 		return m, err
 	}
-	return m, writeMatrix(cmd.OutOrStdout(), m, mf)
+	return m, m.WriteFiles(cmd.OutOrStdout(), scenario.MatrixFiles{Results: mf.results, JUnit: mf.junit, Rates: mf.rates})
 }
 
 // runSets runs sets through the harness on Docker as one pool of runs,
@@ -206,36 +205,6 @@ func runSets(cmd *cobra.Command, g *globalFlags, sets []*scenario.Set, mf *matri
 	rn := &scenario.Runner{Deps: deps, ResultsDir: mf.results, Progress: cmd.ErrOrStderr(), Repeat: mf.repeat, Parallel: mf.parallel, OnRow: onRow}
 	mf.plan.Apply(rn)
 	return rn.RunSets(soft, sets), nil
-}
-
-// writeMatrix writes a finished matrix's matrix.json (under
-// RESULTS/matrix/SET-TIME/), and its JUnit XML and rates when asked, saying
-// where on w.
-func writeMatrix(w io.Writer, m *scenario.Matrix, mf *matrixFlags) error {
-	dir := filepath.Join(mf.results, "matrix", fmt.Sprintf("%s-%s", m.Set.Name, m.Started.Format("20060102T150405Z")))
-	if err := m.WriteJSON(filepath.Join(dir, "matrix.json")); err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "matrix: %s\n", filepath.Join(dir, "matrix.json"))
-	if mf.junit != "" {
-		if err := m.WriteJUnit(mf.junit); err != nil {
-			return err
-		}
-	}
-	if mf.rates != "" {
-		var b strings.Builder
-		if err := m.WriteRates(&b); err != nil {
-			return err
-		}
-		if err := os.MkdirAll(filepath.Dir(mf.rates), 0o755); err != nil {
-			return fmt.Errorf("write rates: %w", err)
-		}
-		if err := os.WriteFile(mf.rates, []byte(b.String()), 0o644); err != nil {
-			return fmt.Errorf("write rates: %w", err)
-		}
-		fmt.Fprintf(w, "rates: %s\n", mf.rates)
-	}
-	return nil
 }
 
 // onceImages makes the images of a matrix once: each role's image is
@@ -271,26 +240,13 @@ func onceImages(ensure func(context.Context, []string) (map[string]string, error
 	}
 }
 
-// mismatchError is the one line a failing matrix ends with.
-func mismatchError(m *scenario.Matrix) error {
-	for _, c := range m.Cells {
-		if c.Pass() {
-			continue
-		}
-		for _, r := range m.Rows {
-			if r.Scenario != c.Scenario || r.Target != c.Target || r.Seed != c.Seed || r.Pass() {
-				continue
-			}
-			why := strings.Join(append(append([]string{}, r.Mismatches...), r.Error), "; ")
-			short := ""
-			if c.Runs > 1 {
-				short = fmt.Sprintf(" (%d of %d runs passed, %d needed)", c.Passed, c.Runs, c.Need)
-			}
-			return &exitError{code: exitInvalid, err: fmt.Errorf("%w: %d of %d cells; first: %s on %s (seed %d)%s: %s",
-				scenario.ErrMismatch, m.Failed(), len(m.Cells), r.Scenario, r.Target, r.Seed, short, strings.TrimSuffix(why, "; "))}
-		}
+// mismatchError ends a command whose matrix failed (err from
+// [scenario.Matrix.Mismatch]) with exit 1 and its one line; nil stays nil.
+func mismatchError(err error) error {
+	if err == nil {
+		return nil
 	}
-	return nil
+	return &exitError{code: exitInvalid, err: err}
 }
 
 func newMatrixCmd(g *globalFlags) *cobra.Command {
@@ -333,7 +289,7 @@ func newMatrixCmd(g *globalFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return mismatchError(m)
+			return mismatchError(m.Mismatch())
 		},
 	}
 	cmd.Flags().StringVar(&setName, "set", "nightly", "a shipped set (nightly, smoke) or a YAML file")

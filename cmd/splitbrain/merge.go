@@ -41,7 +41,7 @@ func newMergeCmd(_ *globalFlags) *cobra.Command {
 				return &exitError{code: exitInvalid, err: fmt.Errorf("merge: part of the checklist fails (see above)")}
 			}
 			for _, m := range mg.Matrices {
-				if err := mismatchError(m); err != nil {
+				if err := mismatchError(m.Mismatch()); err != nil {
 					return err
 				}
 			}

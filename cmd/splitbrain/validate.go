@@ -4,17 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"maps"
 	"os"
-	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/report"
 	"github.com/splitbrain/splitbrain/scenario"
 	"github.com/splitbrain/splitbrain/targets"
@@ -66,7 +61,7 @@ func newValidateCmd(g *globalFlags) *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&vf.candidates, "candidates", "", "the candidates to compare: a YAML file (a list of target, client, recipe_options, store, store_options, name: docs/adoption.md), or default (every shipped backend with each client that serves it, and each backend's durable configuration); in place of --target/--client/--recipe-opt")
-	f.StringSliceVar(&vf.tgts, "target", []string{validateDefault()}, "backends: "+strings.Join(targets.Names(), ", ")+"; the default is the first with 3 or more nodes and a leader, as the checklist asks")
+	f.StringSliceVar(&vf.tgts, "target", []string{scenario.DefaultValidateTarget()}, "backends: "+strings.Join(targets.Names(), ", ")+"; the default is the first with 3 or more nodes and a leader, as the checklist asks")
 	f.StringSliceVar(&vf.clients, "client", nil, "lock clients to validate on each target they serve (default: each target's own)"+clientsHelp()+"\n  or the command line of your own adapter (docs/client-protocol.md), e.g. 'python3 my_lock.py'")
 	f.StringVar(&vf.clientFiles, "client-files", "", "with --client CMD: a directory whose files go into the client image (/opt/splitbrain/client)")
 	f.StringSliceVar(&vf.clientPackages, "client-packages", nil, "with --client CMD: Debian packages the client image gets (e.g. python3-redis)")
@@ -93,15 +88,9 @@ func runValidate(cmd *cobra.Command, g *globalFlags, vf *validateFlags, mf *matr
 	if err != nil {
 		return err
 	}
-	sets := make([]*scenario.Set, len(cands))
-	for i, c := range cands {
-		if sets[i], err = c.Set(vf.timeLimit); err != nil {
-			return err
-		}
-		// Every run's options, checked before any image work.
-		if err := sets[i].Check(nil); err != nil {
-			return err
-		}
+	sets, err := scenario.SetsOf(cands, vf.timeLimit)
+	if err != nil {
+		return err
 	}
 	if err := checkOutputs(mf.results, map[string]string{"--junit": mf.junit, "--page": vf.page}); err != nil {
 		return err
@@ -140,86 +129,17 @@ func runValidate(cmd *cobra.Command, g *globalFlags, vf *validateFlags, mf *matr
 		return err
 	}
 
-	junit := mf.junit
-	mf.junit = "" // the checklist's, not each matrix's
-	matrixOut := io.Discard
-	if vf.verbose {
-		matrixOut = stdout
-	}
-	var (
-		cols     []scenario.Column
-		runs     int
-		failed   bool
-		mismatch error
-	)
-	for i, m := range ms {
-		if vf.verbose {
-			fmt.Fprintln(stdout)
-			if err := m.WriteTable(stdout); err != nil {
-				return err
-			}
-		}
-		if err := writeMatrix(matrixOut, m, mf); err != nil {
-			return err
-		}
-		runs += len(m.Rows)
-		col, err := scenario.ColumnOf(cands[i], m)
-		if err != nil {
-			return &harness.InputError{Err: err}
-		}
-		if vf.verbose {
-			fmt.Fprintln(stdout)
-			scenario.WriteChecklist(stdout, longName(col), col.Items)
-		}
-		cols = append(cols, col)
-		if err := mismatchError(m); err != nil && mismatch == nil {
-			mismatch = err
-		}
-		failed = failed || col.Fails()
-	}
-
-	out := filepath.Join(mf.results, "validate", started.UTC().Format("20060102T150405Z"))
-	links, err := scenario.RunLinks(filepath.Join(out, "runs"), cols)
+	cmp, err := scenario.Compare(stdout, cands, ms, scenario.ComparisonOutputs{
+		Results: mf.results, Page: vf.page, JUnit: mf.junit, Verbose: vf.verbose, Width: width,
+		Command: "splitbrain " + strings.Join(os.Args[1:], " "), Started: started, Parallel: mf.parallel, Estimated: plan.Wall,
+	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout)
-	scenario.WriteGrid(stdout, cols, width)
-	writeWrapped(stdout, "", "PASS: held under the item's fault; FAIL: broken (below); n/t: no run put the item's fault on the system. "+
-		"The runs behind each answer: each candidate's runs directory, one directory per item.", width)
-	fmt.Fprintln(stdout)
-	adopt := &scenario.Adoption{Command: "splitbrain " + strings.Join(os.Args[1:], " "), Commit: scenario.Commit(), Started: started.UTC(),
-		Parallel: mf.parallel, Runs: runs}
-	for i, col := range cols {
-		writeWrapped(stdout, "", col.Summary(), width)
-		writeWrapped(stdout, "  runs: ", links[i], width)
-		adopt.Candidates = append(adopt.Candidates, scenario.AdoptedFrom(col, links[i]))
-	}
-	page := vf.page
-	if page == "" {
-		page = filepath.Join(out, "checklist.html")
-	}
-	if err := scenario.WriteComparisonFile(page, cols); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "\nchecklist page: %s\n", page)
-	adopt.Wall = time.Since(started)
-	if err := adopt.WriteJSON(filepath.Join(out, "adopt.json")); err != nil {
-		return err
-	}
-	fmt.Fprintf(stdout, "adopt.json: %s\n", filepath.Join(out, "adopt.json"))
-	if junit != "" {
-		if err := scenario.WriteChecklistJUnit(junit, cols); err != nil {
-			return err
-		}
-		fmt.Fprintf(stdout, "junit: %s\n", junit)
-	}
-	fmt.Fprintf(stdout, "\nvalidate: %d candidates, %d runs in %v wall time, %d at a time (estimated %v)\n",
-		len(cols), runs, time.Since(started).Round(time.Second), mf.parallel, plan.Wall.Round(time.Second))
-	if failed {
+	if cmp.Fails() {
 		return &exitError{code: exitInvalid, err: errors.New("validate: part of the checklist fails (see the grid)")}
 	}
-	return mismatch
+	return mismatchError(cmp.Mismatch())
 }
 
 // candidateList is the candidates the flags name, and what a shard's
@@ -231,154 +151,12 @@ func (vf *validateFlags) candidateList(cmd *cobra.Command) ([]scenario.Candidate
 				return nil, "", &usageError{fmt.Errorf("--candidates names every candidate: drop --%s, or put it in the candidates file", f)}
 			}
 		}
-		var (
-			cs  []scenario.Candidate
-			err error
-		)
-		if vf.candidates == "default" {
-			cs = scenario.DefaultCandidates()
-		} else if cs, err = scenario.LoadCandidates(vf.candidates); err != nil {
-			return nil, "", err
-		}
-		var names []string
-		for _, c := range cs {
-			names = append(names, c.Label())
-		}
-		return cs, strings.Join(names, ","), nil
+		return scenario.NamedCandidates(vf.candidates)
 	}
 	ro, err := parseKV(vf.opts)
 	if err != nil {
 		return nil, "", &usageError{err}
 	}
-	var cs []scenario.Candidate
-	for _, t := range vf.tgts {
-		b, err := targets.Lookup(t)
-		if err != nil {
-			return nil, "", &harness.InputError{Err: err}
-		}
-		cls := []string{""}
-		if len(vf.clients) > 0 {
-			cls = nil
-			for _, c := range vf.clients {
-				r, err := targets.LookupRecipe(c)
-				switch {
-				case err != nil && !strings.ContainsAny(c, " /."):
-					return nil, "", &harness.InputError{Err: err}
-				case err != nil || r.Serves(t):
-					// A command line: the user's adapter, for every target.
-					cls = append(cls, c)
-				}
-			}
-		}
-		for _, c := range cls {
-			cand := scenario.Candidate{Target: t, Client: c, RecipeOptions: maps.Clone(ro), ClientFiles: vf.clientFiles, ClientPackages: vf.clientPackages}
-			if !cand.External() {
-				cand.ClientFiles, cand.ClientPackages = "", nil
-				r, err := recipeOf(b, c)
-				if err != nil {
-					return nil, "", &harness.InputError{Err: err}
-				}
-				if err := b.CheckOptionsWith(r, ro); err != nil {
-					return nil, "", harness.BadInput("--recipe-opt: %v", err)
-				}
-			}
-			cs = append(cs, cand)
-		}
-	}
-	if len(cs) == 0 {
-		var serve []string
-		for _, t := range vf.tgts {
-			b, _ := targets.Lookup(t)
-			serve = append(serve, t+": "+strings.Join(harness.ClientNames(b), ", "))
-		}
-		return nil, "", &harness.InputError{Err: fmt.Errorf("no --client %s serves --target %s (clients of each target: %s)", strings.Join(vf.clients, ","), strings.Join(vf.tgts, ","), strings.Join(serve, "; "))}
-	}
-	if (vf.clientFiles != "" || len(vf.clientPackages) > 0) && !slices.ContainsFunc(cs, scenario.Candidate.External) {
-		return nil, "", harness.BadInput("--client-files and --client-packages go with --client CMD, the command line of your own adapter")
-	}
-	if err := scenario.CheckCandidates(cs); err != nil {
-		return nil, "", err
-	}
-	return cs, candidates(vf.tgts, vf.clients, ro), nil
-}
-
-// longName names a candidate in the long checklist (--verbose): its
-// backend, client, configuration and library.
-func longName(col scenario.Column) string {
-	c := col.Candidate
-	b, err := targets.Lookup(col.Target)
-	if err != nil {
-		return col.Title()
-	}
-	name := col.Title() + ": " + b.Name
-	if col.Client != "" {
-		name += " with client " + col.Client
-	}
-	name += " in configuration " + configuration(b, c.RecipeOptions)
-	if c.Store != "" {
-		name += ", store " + c.Store
-		if len(c.StoreOptions) > 0 {
-			name += " (" + strings.Join(kvList(c.StoreOptions), ", ") + ")"
-		}
-	}
-	if col.Library != "" {
-		name += " (" + col.Library + " " + col.Version + ")"
-	}
-	return name
-}
-
-func kvList(m map[string]string) []string {
-	var out []string
-	for _, k := range slices.Sorted(maps.Keys(m)) {
-		out = append(out, k+"="+m[k])
-	}
-	return out
-}
-
-// candidates names what the short form of validate compares: its
-// targets, clients and configuration.
-func candidates(tgts, clients []string, opts map[string]string) string {
-	s := strings.Join(tgts, ",")
-	if len(clients) > 0 {
-		s += " with " + strings.Join(clients, ",")
-	}
-	for _, kv := range kvList(opts) {
-		s += " " + kv
-	}
-	return s
-}
-
-// configuration says the configuration under test: the options given,
-// and each of the backend's own options left at its default.
-func configuration(b targets.Backend, opts map[string]string) string {
-	parts := kvList(opts)
-	for _, o := range b.Options {
-		if _, ok := opts[o.Name]; !ok && o.DefaultValue() != "" {
-			parts = append(parts, o.Name+"="+o.DefaultValue()+" (default)")
-		}
-	}
-	if len(parts) == 0 {
-		return "default"
-	}
-	return strings.Join(parts, ", ")
-}
-
-// recipeOf is the recipe a validation of b with client runs.
-func recipeOf(b targets.Backend, client string) (targets.Recipe, error) {
-	if client == "" {
-		return b.RunRecipe()
-	}
-	return targets.LookupRecipe(client)
-}
-
-// validateDefault is the backend validate checks when none is named: the
-// first registered one with several lock nodes and a leader (the
-// checklist's consensus-backed service), else the run's default.
-func validateDefault() string {
-	for _, b := range targets.Backends() {
-		if b.Size >= 3 && b.Leads {
-			return b.Name
-		}
-	}
-	return targets.Default()
+	return scenario.ShortForm{Targets: vf.tgts, Clients: vf.clients, RecipeOptions: ro,
+		ClientFiles: vf.clientFiles, ClientPackages: vf.clientPackages}.Candidates()
 }
