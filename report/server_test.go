@@ -261,8 +261,8 @@ func TestServeMatrix(t *testing.T) {
 		t.Fatal("fixture has no runs")
 	}
 	m := scenario.Matrix{Set: &scenario.Set{Name: "nightly"}, Rows: []scenario.Row{
-		{Scenario: "bypass-writer", AntiPattern: 6, Target: "redis", Seed: 1, Verdict: checkers.Invalid, Dir: filepath.Join(dir, filepath.FromSlash(runs[0].Path))},
-		{Scenario: "correct-pattern", Target: "etcd", Seed: 1, Verdict: checkers.Invalid, Mismatches: []string{"verdict invalid, expected valid"}},
+		{RunIdentity: scenario.RunIdentity{Scenario: "bypass-writer", AntiPattern: 6, Target: "redis", Seed: 1}, Verdicts: scenario.Verdicts{Verdict: checkers.Invalid}, Dir: filepath.Join(dir, filepath.FromSlash(runs[0].Path))},
+		{RunIdentity: scenario.RunIdentity{Scenario: "correct-pattern", Target: "etcd", Seed: 1}, Verdicts: scenario.Verdicts{Verdict: checkers.Invalid}, Mismatches: []string{"verdict invalid, expected valid"}},
 	}}
 	if err := m.WriteJSON(filepath.Join(dir, "matrix", "nightly-20261202T000000Z", "matrix.json")); err != nil {
 		t.Fatal(err)

@@ -15,7 +15,9 @@ import (
 // behind each answer, relative to the page.
 func TestWriteComparison(t *testing.T) {
 	dir := t.TempDir()
-	run := func(sc string) Row { return Row{Scenario: sc, Dir: filepath.Join(dir, "runs", sc)} }
+	run := func(sc string) Row {
+		return Row{RunIdentity: RunIdentity{Scenario: sc}, Dir: filepath.Join(dir, "runs", sc)}
+	}
 	cols := []Column{
 		{Target: "etcd", Items: []Item{{Question: qExpiry, Answer: Pass, Evidence: "recovered", Runs: []RunRef{{Scenario: "holder-lost-recovery", Dir: filepath.Join(dir, "runs", "holder-lost-recovery"), Exercised: true}}}}, Rows: []Row{run("holder-lost-recovery")}},
 		{Target: "redis", Client: "redis-py", Library: "redis-py", Version: "4.3.4",

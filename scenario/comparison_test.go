@@ -29,9 +29,7 @@ func comparisonOf(t *testing.T, dir string, cs []Candidate, broken map[int]bool)
 		}
 		m := &Matrix{Set: set, Started: started.Add(time.Duration(i) * time.Second)}
 		for _, e := range set.Entries {
-			r := Row{Scenario: e.Scenario, Target: c.Target, Client: c.Client, Seed: 1, Verdict: checkers.Valid, Lock: checkers.Valid, Data: checkers.Valid,
-				Ops: 100, HoldP99: 100 * time.Millisecond, LeaseTTL: 2 * time.Second, Dir: filepath.Join(dir, set.Name, e.Scenario),
-				UnderTest: true, NodeKills: 1, ClientKills: 1, Partitions: 1}
+			r := Row{RunIdentity: RunIdentity{Scenario: e.Scenario, Target: c.Target, Client: c.Client, Seed: 1}, Verdicts: Verdicts{Verdict: checkers.Valid, Lock: checkers.Valid, Data: checkers.Valid}, Measures: Measures{Ops: 100, HoldP99: 100 * time.Millisecond, LeaseTTL: 2 * time.Second}, Dir: filepath.Join(dir, set.Name, e.Scenario), RunConfig: RunConfig{UnderTest: true}, FaultCounts: FaultCounts{NodeKills: 1, ClientKills: 1, Partitions: 1}}
 			if broken[i] && e.Scenario == "correct-pattern" {
 				r.Mismatches = []string{"verdict invalid, expected valid"}
 			}

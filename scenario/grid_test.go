@@ -88,10 +88,10 @@ func TestSummary(t *testing.T) {
 		want []string
 	}{
 		{"redis as deployed", Column{Target: "redis", Name: "redis", Items: []Item{item(qExpiry, Pass), item(qToken, Fail), item(qWatchdog, NotTested)},
-			Rows: []Row{{Options: map[string]string{}}}},
+			Rows: []Row{{RunConfig: RunConfig{Options: map[string]string{}}}}},
 			[]string{"redis: keeps lease expiry correct", "breaks: fencing tokens went back", "use --recipe-opt persistence=aof-always", "not tested: watchdog renewal"}},
 		{"redis durable", Column{Target: "redis", Name: "redis durable", Items: []Item{item(qToken, Fail)},
-			Rows: []Row{{Options: map[string]string{"persistence": "aof-always"}}}},
+			Rows: []Row{{RunConfig: RunConfig{Options: map[string]string{"persistence": "aof-always"}}}}},
 			[]string{"breaks: fencing tokens"}},
 		{"token-less library", Column{Target: "redis", Client: "redsync", Items: []Item{item(qOwner, Fail)}},
 			[]string{"redis / redsync: breaks: a release gave away", "gives no fencing token: fence at the store (--store postgres --store-opt check=version)"}},

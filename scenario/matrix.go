@@ -443,8 +443,30 @@ func parseVerdict(s string) (*checkers.Verdict, error) {
 	return nil, fmt.Errorf("valid: want true, false or unknown, got %q", s)
 }
 
-// Row is one run of a matrix.
+// Row is one run of a matrix, in parts: which run it was, its verdicts,
+// what it was expected to show, what the checkers measured, how it was
+// configured, the faults it put on the system, and how it met its
+// expectation. The parts are embedded, so that their fields are the row's
+// (r.Scenario, r.LostUpdates) and matrix.json keeps one flat object a row.
 type Row struct {
+	RunIdentity
+	Verdicts
+	Expected Expect `json:"expected"`
+	Measures
+	CheckTime time.Duration `json:"check_ns"`
+	Duration  time.Duration `json:"duration_ns"`
+	Dir       string        `json:"dir"`
+	RunConfig
+	FaultCounts
+	// Mismatches are the ways the run differed from its expectation; an
+	// empty list (and no Error) is a pass.
+	Mismatches []string `json:"mismatches,omitempty"`
+	Error      string   `json:"error,omitempty"`
+}
+
+// RunIdentity says which run a row is: the scenario (and its
+// anti-pattern), target, client and seed of its cell, and its repetition.
+type RunIdentity struct {
 	Scenario    string `json:"scenario"`
 	AntiPattern int    `json:"anti_pattern"`
 	Target      string `json:"target"`
@@ -455,24 +477,31 @@ type Row struct {
 	Version string `json:"version,omitempty"`
 	Seed    uint64 `json:"seed"`
 	// Rep is the repetition of the cell (1-based).
-	Rep     int              `json:"rep,omitempty"`
+	Rep int `json:"rep,omitempty"`
+}
+
+// Verdicts are a run's verdict, its verdicts on the lock's promises
+// (Lock) and on the data (Data), and why it is not valid (Reasons).
+type Verdicts struct {
 	Verdict checkers.Verdict `json:"valid"`
-	// Lock and Data are the verdicts on the lock's promises and the data;
-	// Reasons say why the verdict is not valid.
-	Lock        checkers.Verdict `json:"lock"`
-	Data        checkers.Verdict `json:"data"`
-	Reasons     []string         `json:"reasons,omitempty"`
-	Expected    Expect           `json:"expected"`
-	Ops         int              `json:"ops"`
-	Faults      int              `json:"faults"`
-	LostUpdates int64            `json:"lost_updates"`
-	Overlaps    int              `json:"overlaps"`
-	Early       int              `json:"early_overlaps"`
-	Rejections  int              `json:"rejections"`
-	Stall       time.Duration    `json:"longest_stall_ns"`
+	Lock    checkers.Verdict `json:"lock"`
+	Data    checkers.Verdict `json:"data"`
+	Reasons []string         `json:"reasons,omitempty"`
+}
+
+// Measures are what a run's checkers and metrics counted: the first part
+// judges the scenario's expectation, the rest (from LateRejected) backs the
+// adoption checklist.
+type Measures struct {
+	Ops         int           `json:"ops"`
+	Faults      int           `json:"faults"`
+	LostUpdates int64         `json:"lost_updates"`
+	Overlaps    int           `json:"overlaps"`
+	Early       int           `json:"early_overlaps"`
+	Rejections  int           `json:"rejections"`
+	Stall       time.Duration `json:"longest_stall_ns"`
 	// StalledToEnd says a key never recovered.
-	StalledToEnd bool `json:"stalled_to_end,omitempty"`
-	// The rest backs the adoption checklist.
+	StalledToEnd  bool          `json:"stalled_to_end,omitempty"`
 	LateRejected  int           `json:"late_rejected"`
 	NonMonotonic  int           `json:"non_monotonic_tokens"`
 	RenewFailures int           `json:"renew_failures"`
@@ -480,9 +509,10 @@ type Row struct {
 	Unavailable   int           `json:"acquire_unavailable"`
 	HoldP99       time.Duration `json:"hold_p99_ns"`
 	LeaseTTL      time.Duration `json:"lease_ttl_ns"`
-	CheckTime     time.Duration `json:"check_ns"`
-	Duration      time.Duration `json:"duration_ns"`
-	Dir           string        `json:"dir"`
+}
+
+// RunConfig is what of a run's configuration the checklist reads.
+type RunConfig struct {
 	// UnderTest says the run used the recipe as a team would (the correct
 	// pattern, no drill, anti-pattern or known bug: Scenario.UnderTest).
 	UnderTest bool `json:"under_test,omitempty"`
@@ -493,9 +523,12 @@ type Row struct {
 	NoToken bool `json:"no_token,omitempty"`
 	// Options are the run's --recipe-opt settings (its configuration).
 	Options map[string]string `json:"recipe_options,omitempty"`
-	// The faults the run put on the system, by what they hit: kills of
-	// lock-service nodes (LeaderKills of them hit the leader), kills and
-	// pauses of clients, pauses of lock nodes, partitions.
+}
+
+// FaultCounts are the faults a run put on the system, by what they hit:
+// kills of lock-service nodes (LeaderKills of them hit the leader), kills
+// and pauses of clients, pauses of lock nodes, partitions.
+type FaultCounts struct {
 	NodeKills    int `json:"node_kills,omitempty"`
 	LeaderKills  int `json:"leader_kills,omitempty"`
 	ClientKills  int `json:"client_kills,omitempty"`
@@ -507,10 +540,6 @@ type Row struct {
 	// PowerLossMost is the most nodes one of them cut at once.
 	PowerLosses   int `json:"power_losses,omitempty"`
 	PowerLossMost int `json:"power_loss_most,omitempty"`
-	// Mismatches are the ways the run differed from its expectation; an
-	// empty list (and no Error) is a pass.
-	Mismatches []string `json:"mismatches,omitempty"`
-	Error      string   `json:"error,omitempty"`
 }
 
 // Where names the row's target and, when one was chosen, its client
@@ -570,7 +599,9 @@ type Cell struct {
 }
 
 // Where names the cell's target and client, as Row.Where.
-func (c Cell) Where() string { return Row{Target: c.Target, Client: c.Client}.Where() }
+func (c Cell) Where() string {
+	return Row{RunIdentity: RunIdentity{Target: c.Target, Client: c.Client}}.Where()
+}
 
 // Pass reports whether enough of the cell's runs met the expectation.
 func (c Cell) Pass() bool { return c.Runs > 0 && c.Passed >= c.Need }
@@ -778,8 +809,15 @@ func (rn *Runner) RunSets(ctx context.Context, sets []*Set) []*Matrix {
 	return ms
 }
 
+// newRow is the row of a run of sc on target with client (seed, the
+// repetition rep) before it ran: its verdict unknown.
+func newRow(sc Scenario, target, client string, seed uint64, rep int, expect Expect) Row {
+	return Row{RunIdentity: RunIdentity{Scenario: sc.Name, AntiPattern: sc.AntiPattern, Target: target, Client: client, Seed: seed, Rep: rep},
+		Expected: expect, Verdicts: Verdicts{Verdict: checkers.Unknown}, RunConfig: RunConfig{UnderTest: sc.UnderTest()}}
+}
+
 func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, e Entry, target, client string, seed uint64, expect Expect) Row {
-	row := Row{Scenario: sc.Name, AntiPattern: sc.AntiPattern, Target: target, Client: client, Seed: seed, Expected: expect, Verdict: checkers.Unknown, UnderTest: sc.UnderTest()}
+	row := newRow(sc, target, client, seed, 0, expect)
 	base := harness.DefaultConfig()
 	base.TimeLimit, base.Seed, base.ResultsDir = set.TimeLimit, seed, rn.ResultsDir
 	lookup := rn.Deps.Backends
@@ -850,7 +888,7 @@ func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, e Entry, targe
 // countFaults counts the run's faults by what they hit. Clients are the
 // nodes the harness calls cN, the counter store "store"; every other
 // target is a lock-service node.
-func (r *Row) countFaults(ws []checkers.Window) {
+func (r *FaultCounts) countFaults(ws []checkers.Window) {
 	client := func(ts []string) bool {
 		for _, t := range ts {
 			if !clientName.MatchString(t) {

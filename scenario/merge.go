@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/targets"
 )
@@ -258,8 +257,8 @@ func mergeSet(name string, st *ShardStamp, byShard map[int]*part, skip map[int]b
 			if ok {
 				why = fmt.Sprintf("shard %d/%d holds no run of it (stopped early?)", i, st.N)
 			}
-			row = Row{Scenario: j.sc.Name, AntiPattern: j.sc.AntiPattern, Target: j.target, Client: j.client, Seed: j.seed, Rep: j.rep,
-				Expected: j.expect, Verdict: checkers.Unknown, UnderTest: j.sc.UnderTest(), Error: "not run: " + why}
+			row = newRow(j.sc, j.target, j.client, j.seed, j.rep, j.expect)
+			row.Error = "not run: " + why
 		}
 		m.add(row, j.e.need(j.n))
 	}

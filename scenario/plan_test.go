@@ -43,9 +43,9 @@ func TestPlanComparison(t *testing.T) {
 	dir := t.TempDir()
 	m := &Matrix{Set: rs, Parallel: 3}
 	for _, e := range rs.Entries {
-		m.Rows = append(m.Rows, Row{Scenario: e.Scenario, Target: "redis", Seed: 1, Duration: 36900 * time.Millisecond})
+		m.Rows = append(m.Rows, Row{RunIdentity: RunIdentity{Scenario: e.Scenario, Target: "redis", Seed: 1}, Duration: 36900 * time.Millisecond})
 	}
-	m.Rows = append(m.Rows, Row{Scenario: "correct-pattern", Target: "redis", Seed: 1, Duration: time.Hour, Error: "harness error"})
+	m.Rows = append(m.Rows, Row{RunIdentity: RunIdentity{Scenario: "correct-pattern", Target: "redis", Seed: 1}, Duration: time.Hour, Error: "harness error"})
 	if err := m.WriteJSON(filepath.Join(dir, "matrix", "validate-redis-1", "matrix.json")); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/splitbrain/splitbrain/runtime/memrt"
 	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/inmem"
+	"github.com/splitbrain/splitbrain/workloads"
 )
 
 // TestRunnerInMemory runs scenarios written for Redis through the matrix
@@ -230,7 +231,7 @@ func TestCellWhoseFaultNeverLandedIsNotTested(t *testing.T) {
 		sc := Scenario{
 			Name: "paused-counter",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = "fenced-counter", "pause", 1, 2
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "pause", 1, 2
 				c.NemesisInterval, c.FaultMin, c.FaultMax = tc.interval, 100*time.Millisecond, 200*time.Millisecond
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid)},

@@ -207,9 +207,9 @@ func TestMismatches(t *testing.T) {
 func TestJUnit(t *testing.T) {
 	m := &Matrix{Set: &Set{Name: "t"}}
 	for _, r := range []Row{
-		{Scenario: "a", Target: "redis", Seed: 1, Verdict: checkers.Invalid},
-		{Scenario: "b", Target: "etcd", Seed: 1, Verdict: checkers.Valid, Mismatches: []string{"verdict valid, expected invalid"}},
-		{Scenario: "c", Target: "lockd", Seed: 1, Error: "images: boom <&>"},
+		{RunIdentity: RunIdentity{Scenario: "a", Target: "redis", Seed: 1}, Verdicts: Verdicts{Verdict: checkers.Invalid}},
+		{RunIdentity: RunIdentity{Scenario: "b", Target: "etcd", Seed: 1}, Verdicts: Verdicts{Verdict: checkers.Valid}, Mismatches: []string{"verdict valid, expected invalid"}},
+		{RunIdentity: RunIdentity{Scenario: "c", Target: "lockd", Seed: 1}, Error: "images: boom <&>"},
 	} {
 		m.add(r, 1)
 	}
@@ -253,8 +253,8 @@ print(len(cases), fails, errs)`
 // TestCellsAtLeast: a cell's expectation holds in at least k of its N runs;
 // --repeat applies the entry's rate to its own N.
 func TestCellsAtLeast(t *testing.T) {
-	miss := Row{Scenario: "s", Target: "etcd", Seed: 1, Mismatches: []string{"0 acquisitions failed busy, expected at least 1"}}
-	ok := Row{Scenario: "s", Target: "etcd", Seed: 1}
+	miss := Row{RunIdentity: RunIdentity{Scenario: "s", Target: "etcd", Seed: 1}, Mismatches: []string{"0 acquisitions failed busy, expected at least 1"}}
+	ok := Row{RunIdentity: RunIdentity{Scenario: "s", Target: "etcd", Seed: 1}}
 	tests := []struct {
 		name string
 		e    Entry

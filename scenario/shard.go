@@ -53,7 +53,7 @@ type CellKey struct {
 }
 
 func (k CellKey) String() string {
-	return fmt.Sprintf("%s/%s/seed-%d", k.Scenario, Row{Target: k.Target, Client: k.Client}.Where(), k.Seed)
+	return fmt.Sprintf("%s/%s/seed-%d", k.Scenario, Row{RunIdentity: RunIdentity{Target: k.Target, Client: k.Client}}.Where(), k.Seed)
 }
 
 func (j job) key() CellKey { return CellKey{j.sc.Name, j.target, j.client, j.seed} }

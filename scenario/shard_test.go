@@ -143,8 +143,8 @@ func TestSplitByMeasuredCosts(t *testing.T) {
 		{Scenario: "bypass-writer", Targets: []string{"redis"}},
 	}}
 	earlier := &Matrix{Set: set, Rows: []Row{
-		{Scenario: "correct-pattern", Target: "etcd", Seed: 1, Duration: 100 * time.Second}, // 90 s outside the test
-		{Scenario: "bypass-writer", Target: "lockd", Seed: 1, Duration: 15 * time.Second},   // lockd's overhead: 5 s
+		{RunIdentity: RunIdentity{Scenario: "correct-pattern", Target: "etcd", Seed: 1}, Duration: 100 * time.Second}, // 90 s outside the test
+		{RunIdentity: RunIdentity{Scenario: "bypass-writer", Target: "lockd", Seed: 1}, Duration: 15 * time.Second},   // lockd's overhead: 5 s
 	}}
 	path := filepath.Join(t.TempDir(), "matrix.json")
 	if err := earlier.WriteJSON(path); err != nil {
@@ -202,8 +202,7 @@ func fakeShards(t *testing.T, plan string, sets []*Set, sp *Split, i int, commit
 			if err := os.WriteFile(filepath.Join(run, "results.json"), []byte("{}"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			m.add(Row{Scenario: j.sc.Name, Target: j.target, Seed: j.seed, Rep: j.rep, Verdict: checkers.Valid, Lock: checkers.Valid, Data: checkers.Valid,
-				UnderTest: j.sc.UnderTest(), Dir: run, Duration: time.Second}, j.e.need(j.n))
+			m.add(Row{RunIdentity: RunIdentity{Scenario: j.sc.Name, Target: j.target, Seed: j.seed, Rep: j.rep}, Verdicts: Verdicts{Verdict: checkers.Valid, Lock: checkers.Valid, Data: checkers.Valid}, Duration: time.Second, Dir: run, RunConfig: RunConfig{UnderTest: j.sc.UnderTest()}}, j.e.need(j.n))
 		}
 		if err := m.WriteJSON(filepath.Join(dir, "matrix", set.Name, "matrix.json")); err != nil {
 			t.Fatal(err)

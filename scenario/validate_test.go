@@ -14,6 +14,7 @@ import (
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/targets"
+	"github.com/splitbrain/splitbrain/workloads"
 )
 
 // Backends of the checklist tests, by shape: a replicated service with a
@@ -47,9 +48,7 @@ func run(sc string, f func(r *Row)) Row {
 			}
 		}
 	}
-	r := Row{Scenario: sc, AntiPattern: s.AntiPattern, Target: "t", Seed: 1, Verdict: checkers.Valid, Lock: checkers.Valid, Data: checkers.Valid,
-		Ops: 100, HoldP99: 100 * time.Millisecond, LeaseTTL: 2 * time.Second, Dir: "/results/" + sc,
-		UnderTest: s.UnderTest(), Fenced: c.Workload == "fenced-counter" && c.Bypass == ""}
+	r := Row{RunIdentity: RunIdentity{Scenario: sc, AntiPattern: s.AntiPattern, Target: "t", Seed: 1}, Verdicts: Verdicts{Verdict: checkers.Valid, Lock: checkers.Valid, Data: checkers.Valid}, Measures: Measures{Ops: 100, HoldP99: 100 * time.Millisecond, LeaseTTL: 2 * time.Second}, Dir: "/results/" + sc, RunConfig: RunConfig{UnderTest: s.UnderTest(), Fenced: c.Workload == workloads.FencedCounter && c.Bypass == ""}}
 	if f != nil {
 		f(&r)
 	}
@@ -334,7 +333,7 @@ func TestCountFaults(t *testing.T) {
 		{F: "power-loss", Targets: []string{"n1", "n3"}, Detail: "n1 lost 8 unsynced bytes in 2 files"},
 		{F: "power-loss", Targets: []string{"n2"}},
 	})
-	want := Row{NodeKills: 2, LeaderKills: 1, ClientKills: 1, ClientPauses: 1, NodePauses: 1, Partitions: 1, PowerLosses: 2, PowerLossMost: 2}
+	want := Row{FaultCounts: FaultCounts{NodeKills: 2, LeaderKills: 1, ClientKills: 1, ClientPauses: 1, NodePauses: 1, Partitions: 1, PowerLosses: 2, PowerLossMost: 2}}
 	if r.NodeKills != want.NodeKills || r.LeaderKills != want.LeaderKills || r.ClientKills != want.ClientKills ||
 		r.ClientPauses != want.ClientPauses || r.NodePauses != want.NodePauses || r.Partitions != want.Partitions ||
 		r.PowerLosses != want.PowerLosses || r.PowerLossMost != want.PowerLossMost {
@@ -479,7 +478,7 @@ func TestValidationSetNoToken(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if c.Store != "postgres" || c.StoreOptions["check"] != "version" || c.Workload != "unfenced-counter" {
+			if c.Store != "postgres" || c.StoreOptions["check"] != "version" || c.Workload != workloads.UnfencedCounter {
 				t.Errorf("%s/%s store-fenced drill: store %q %v, workload %s", tt.target, tt.client, c.Store, c.StoreOptions, c.Workload)
 			}
 		}
@@ -505,7 +504,7 @@ func TestDurableHint(t *testing.T) {
 		{singleShape, map[string]string{"persistence": "aof-always"}, ""},
 		{leaderShape, map[string]string{"x": "y"}, ""},
 	} {
-		if got := durableHint(tt.b, []Row{{Options: tt.opts}}); got != tt.want {
+		if got := durableHint(tt.b, []Row{{RunConfig: RunConfig{Options: tt.opts}}}); got != tt.want {
 			t.Errorf("%s %v: %q, want %q", tt.b.Name, tt.opts, got, tt.want)
 		}
 	}

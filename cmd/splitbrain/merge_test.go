@@ -68,7 +68,7 @@ func TestMergeCommand(t *testing.T) {
 		plan.Apply(rn)
 		m := &scenario.Matrix{Set: set, Started: time.Now().UTC(), Shard: rn.Shard}
 		for _, c := range plan.Split.Of(i) {
-			m.Rows = append(m.Rows, scenario.Row{Scenario: c.Key.Scenario, Target: c.Key.Target, Seed: c.Key.Seed, Verdict: checkers.Valid})
+			m.Rows = append(m.Rows, scenario.Row{RunIdentity: scenario.RunIdentity{Scenario: c.Key.Scenario, Target: c.Key.Target, Seed: c.Key.Seed}, Verdicts: scenario.Verdicts{Verdict: checkers.Valid}})
 			m.Cells = append(m.Cells, scenario.Cell{Scenario: c.Key.Scenario, Target: c.Key.Target, Seed: c.Key.Seed, Runs: 1, Passed: 1, Need: 1})
 		}
 		if err := m.WriteJSON(filepath.Join(res, "matrix", "smoke", "matrix.json")); err != nil {
