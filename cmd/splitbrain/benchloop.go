@@ -13,9 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitbrain/splitbrain/history"
-	"github.com/splitbrain/splitbrain/targets"
 	"github.com/splitbrain/splitbrain/targets/external"
-	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/workloads"
 	"github.com/splitbrain/splitbrain/workloads/agent"
 )
@@ -105,62 +103,27 @@ func newBenchLoopCmd(_ *globalFlags) *cobra.Command {
 }
 
 // benchBareLoop is the agent's unfenced critical section without the
-// agent: the same Locker, store client and timeouts.
+// agent's protocol (agent.Sections): the same Locker, store client and
+// timeouts.
 func benchBareLoop(ctx context.Context, cfg agent.Config, keys int, d time.Duration, seed uint64, res *workloads.LoopResult) error {
-	recipe, err := targets.LookupRecipe(cfg.Recipe.Kind)
+	s, err := agent.NewSections(ctx, cfg, agent.Deps{Lockers: external.Lockers()})
 	if err != nil {
 		return err
 	}
-	locker, err := recipe.New(ctx, cfg.Recipe, cfg.Client, nil)
-	if err != nil {
-		return fmt.Errorf("lock recipe %s: %w", cfg.Recipe.Kind, err)
-	}
-	defer locker.Close()
-	st := store.NewClient(cfg.Store, time.Duration(cfg.StoreTimeout))
+	defer s.Close()
 	rng := rand.New(rand.NewPCG(seed, 1))
 	start := time.Now()
 	deadline := start.Add(d)
 	for time.Now().Before(deadline) {
-		key := workloads.Key(rng.IntN(keys))
-		res.Count(benchCriticalSection(ctx, cfg, locker, st, key))
+		r := s.Run(ctx, workloads.Key(rng.IntN(keys)))
+		if r.Type != history.OK {
+			res.Count(r.Error, 0, 0)
+			continue
+		}
+		res.Count("", time.Duration(r.Wait), time.Duration(r.Hold))
 	}
 	res.Elapsed = time.Since(start)
 	return nil
-}
-
-// benchCriticalSection is one critical section; it returns "" when it
-// completed ok, else its error kind, and how long acquiring and holding
-// took (as the agent measures them).
-func benchCriticalSection(ctx context.Context, cfg agent.Config, l targets.Locker, st *store.Client, key string) (kind string, wait, hold time.Duration) {
-	start := time.Now()
-	actx, cancel := context.WithTimeout(ctx, time.Duration(cfg.AcquireTimeout))
-	lease, err := l.Acquire(actx, key)
-	cancel()
-	acquired := time.Now()
-	wait = acquired.Sub(start)
-	if err != nil {
-		if errors.Is(err, targets.ErrBusy) {
-			return history.ErrBusy, wait, 0
-		}
-		return history.ErrLockUnavailable, wait, 0
-	}
-	defer func() {
-		hold = time.Since(acquired)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Duration(cfg.ReleaseTimeout))
-		defer cancel()
-		_ = lease.Release(rctx)
-	}()
-	e, err := st.Read(ctx, key, false, 0)
-	if err != nil {
-		return history.ErrStoreUnavailable, wait, 0
-	}
-	if w := time.Duration(cfg.Work); w > 0 {
-		time.Sleep(w)
-	}
-	if _, err := st.Write(ctx, key, e.Value+1, rand.Int64(), false, 0); err != nil {
-		return history.ErrStoreUnavailable, wait, 0
-	}
-	return "", wait, 0
 }
 
 // benchAgentLoop runs the real agent in this process over pipes, driven by
