@@ -15,9 +15,12 @@ import (
 	"github.com/splitbrain/splitbrain/runtime"
 )
 
+// KillName is the kill fault's registered name (--nemesis kill).
+const KillName = "kill"
+
 func init() {
 	Register(Kind{
-		Name: "kill",
+		Name: KillName,
 		Doc:  "SIGKILL a lock node or a client (preferably a holder) and restart it at heal",
 		NewSpec: func() Spec {
 			return &KillSpec{Targets: Weights{GroupNode: 2, GroupHolder: 1}}

@@ -16,9 +16,13 @@ import (
 	"github.com/splitbrain/splitbrain/runtime"
 )
 
+// PartitionName is the partition fault's registered name (--nemesis
+// partition).
+const PartitionName = "partition"
+
 func init() {
 	Register(Kind{
-		Name:    "partition",
+		Name:    PartitionName,
 		Doc:     "cut the network between groups of nodes (iptables DROP in each node), in a topology drawn from --partitions",
 		NewSpec: func() Spec { return &PartitionSpec{} },
 		Report: Report{

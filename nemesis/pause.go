@@ -14,9 +14,12 @@ import (
 	"github.com/splitbrain/splitbrain/runtime"
 )
 
+// PauseName is the pause fault's registered name (--nemesis pause).
+const PauseName = "pause"
+
 func init() {
 	Register(Kind{
-		Name: "pause",
+		Name: PauseName,
 		Doc:  "freeze a lock holder or a client (its container whole: agent and adapter, by the cgroup freezer), or a lock node or the store (SIGSTOP to its main process); resume at heal",
 		NewSpec: func() Spec {
 			return &PauseSpec{Targets: Weights{GroupHolder: 3, GroupNode: 1}}

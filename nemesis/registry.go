@@ -44,12 +44,15 @@ type Report struct {
 
 var kinds registry.Of[Kind]
 
+// NoFaults is the --nemesis list of a run without faults.
+const NoFaults = "none"
+
 // Register makes a fault known. It panics on an empty or taken name (or
 // "none", which --nemesis reserves), or a Kind without NewSpec: a
 // programming error, found when the program starts.
 func Register(k Kind) {
 	switch {
-	case k.Name == "" || k.Name == "none" || strings.ContainsAny(k.Name, ", "):
+	case k.Name == "" || k.Name == NoFaults || strings.ContainsAny(k.Name, ", "):
 		panic(fmt.Sprintf("nemesis: Register of a fault named %q", k.Name))
 	case k.NewSpec == nil:
 		panic("nemesis: Register of " + k.Name + " without NewSpec")
@@ -74,7 +77,7 @@ func Names() []string { return kinds.Names() }
 // typo more often than a wish.
 func Select(list string) ([]string, error) {
 	known := "none, or a comma-separated list of " + strings.Join(Names(), ", ")
-	if strings.TrimSpace(list) == "none" {
+	if strings.TrimSpace(list) == NoFaults {
 		return nil, nil
 	}
 	if strings.TrimSpace(list) == "" {

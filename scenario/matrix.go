@@ -899,7 +899,7 @@ func (r *FaultCounts) countFaults(ws []checkers.Window) {
 	}
 	for _, w := range ws {
 		switch w.F {
-		case "kill":
+		case nemesis.KillName:
 			switch {
 			case w.Detail == nemesis.KillDetailLeader:
 				r.NodeKills++
@@ -911,14 +911,14 @@ func (r *FaultCounts) countFaults(ws []checkers.Window) {
 			case len(w.Targets) > 0 && w.Targets[0] != "store":
 				r.NodeKills++ // recorded before kills said what they hit
 			}
-		case "pause":
+		case nemesis.PauseName:
 			switch {
 			case client(w.Targets):
 				r.ClientPauses++
 			case len(w.Targets) > 0 && w.Targets[0] != "store":
 				r.NodePauses++
 			}
-		case "partition":
+		case nemesis.PartitionName:
 			r.Partitions++
 		case faultPowerLoss:
 			if len(w.Targets) > 0 && !client(w.Targets) && w.Targets[0] != "store" {

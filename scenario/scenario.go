@@ -463,7 +463,7 @@ func Catalogue() []Scenario {
 			Name: "correct-pattern", EndAfterRounds: 1, AntiPattern: 0, Needs: []Need{Fencing, KeepsGrants},
 			Title: "lease + owner-checked release + fencing keeps the data correct under pauses, partitions and kills",
 			Apply: func(c *harness.Config, b targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys = workloads.FencedCounter, "pause,partition,kill", 2
+				c.Workload, c.Nemesis, c.Keys = workloads.FencedCounter, nemesis.PauseName+","+nemesis.PartitionName+","+nemesis.KillName, 2
 				switch {
 				case b.Durable:
 				case len(b.DurableWith) > 0:
@@ -475,7 +475,7 @@ func Catalogue() []Scenario {
 				default:
 					// A backend that forgets its locks and tokens when
 					// killed: anti-pattern 7's business, not this one's.
-					c.Nemesis = "pause,partition"
+					c.Nemesis = nemesis.PauseName + "," + nemesis.PartitionName
 				}
 				// Each kind must land for the run to be tested. Faults come
 				// each kind once a round (nemesis.Run), TTL+1..TTL+2 s each
@@ -495,7 +495,7 @@ func Catalogue() []Scenario {
 			Name: "holder-lost-recovery", EndAfterRounds: 2, AntiPattern: 0, Needs: []Need{Fencing},
 			Title: "a killed holder's lease expires on the service's side and the lock is granted again",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "kill", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, nemesis.KillName, 1, 3
 				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
 			},
@@ -505,7 +505,7 @@ func Catalogue() []Scenario {
 			Name: "holder-lost-recovery-unfenced", EndAfterRounds: 2, AntiPattern: 0, Needs: []Need{NoToken},
 			Title: "a client with no token: a killed holder's lease expires on the service's side and the lock is granted again (unfenced: a dead holder writes nothing late)",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "kill", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, nemesis.KillName, 1, 3
 				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
 			},
@@ -519,7 +519,7 @@ func Catalogue() []Scenario {
 			Name: "no-expiry-deadlock", AntiPattern: 1, Needs: []Need{RecipeOption("expiry", "none"), Fencing},
 			Title: "a lock without expiry whose holder is killed deadlocks everyone",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "kill", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, nemesis.KillName, 1, 3
 				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
 				c.RecipeOptions = map[string]string{"expiry": "none"}
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
@@ -530,7 +530,7 @@ func Catalogue() []Scenario {
 			Name: "long-ttl-unavailable", AntiPattern: 2, Needs: []Need{FixedTTL, Fencing},
 			Title: "a huge TTL keeps the lock unavailable for a whole TTL after its holder is lost",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "kill", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, nemesis.KillName, 1, 3
 				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = holders()
 				c.LeaseTTL, c.AcquireTimeout = 10*time.Second, 2*time.Second
 				c.FaultMin, c.FaultMax = 500*time.Millisecond, time.Second
@@ -573,7 +573,7 @@ func Catalogue() []Scenario {
 			Name: "unchecked-release", AntiPattern: 4, Needs: []Need{RecipeOption("release", "unchecked")},
 			Title: "a release without an ownership check deletes someone else's lock",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "pause", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, nemesis.PauseName, 1, 4
 				nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = holders()
 				c.RecipeOptions = map[string]string{"release": "unchecked"}
 			},
@@ -583,7 +583,7 @@ func Catalogue() []Scenario {
 			Name: "unfenced-late-write", EndAfterRounds: 2, AntiPattern: 5,
 			Title: "an expiring lock alone lets a paused holder write late and lose increments",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "pause", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, nemesis.PauseName, 1, 4
 				nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = holders()
 				c.Work, c.NemesisInterval = 300*time.Millisecond, 2*time.Second
 			},
@@ -593,7 +593,7 @@ func Catalogue() []Scenario {
 			Name: "bypass-writer", AntiPattern: 6, Needs: []Need{SingleNode, Fencing},
 			Title: "a writer that skips the token beside fenced clients loses updates despite fencing",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency, c.Bypass = workloads.FencedCounter, "none", 1, 4, "c1"
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency, c.Bypass = workloads.FencedCounter, nemesis.NoFaults, 1, 4, "c1"
 			},
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
@@ -601,7 +601,7 @@ func Catalogue() []Scenario {
 			Name: "single-node-away", EndAfterRounds: 2, AntiPattern: 7, Needs: []Need{SingleNode, Fencing},
 			Title: "a single-node lock backend partitioned away stops every client",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys = workloads.FencedCounter, "partition", 2
+				c.Workload, c.Nemesis, c.Keys = workloads.FencedCounter, nemesis.PartitionName, 2
 				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoLocksAway}
 				c.AcquireTimeout = time.Second
 			},
@@ -611,7 +611,7 @@ func Catalogue() []Scenario {
 			Name: "single-node-away-unfenced", EndAfterRounds: 2, AntiPattern: 7, Needs: []Need{SingleNode, NoToken},
 			Title: "a client with no token: a single-node lock backend partitioned away stops every client, and its failures say unavailable",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys = workloads.UnfencedCounter, "partition", 2
+				c.Workload, c.Nemesis, c.Keys = workloads.UnfencedCounter, nemesis.PartitionName, 2
 				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoLocksAway}
 				c.AcquireTimeout = time.Second
 			},
@@ -621,7 +621,7 @@ func Catalogue() []Scenario {
 			Name: "single-node-restart", AntiPattern: 7, Needs: []Need{SingleNode, ForgetsOnKill, Fencing},
 			Title: "a single lock node killed and restarted without persistence hands out its fencing tokens again from 1",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "kill", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, nemesis.KillName, 1, 3
 				nemesis.SpecOf[*nemesis.KillSpec](c.Faults).Targets = nemesis.Weights{nemesis.GroupNode: 1}
 			},
 			// The lock breaks its promise (tokens go backwards); the store
@@ -637,7 +637,7 @@ func Catalogue() []Scenario {
 				// queue is longer than the 1 s acquire timeout, so busy
 				// failures happen outside the partitions by construction;
 				// clients cut off from the lock service fail unavailable.
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "partition", 1, 8
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, nemesis.PartitionName, 1, 8
 				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
 				c.AcquireTimeout, c.Work = time.Second, 300*time.Millisecond
 			},
@@ -647,7 +647,7 @@ func Catalogue() []Scenario {
 			Name: "busy-vs-unavailable-unfenced", EndAfterRounds: 2, AntiPattern: 8, Needs: []Need{SeveralMembers, NoToken},
 			Title: "a client with no token: a busy lock and an unreachable lock service are told apart and counted separately",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "partition", 1, 8
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, nemesis.PartitionName, 1, 8
 				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
 				c.AcquireTimeout, c.Work = time.Second, 300*time.Millisecond
 			},
@@ -706,7 +706,7 @@ func Catalogue() []Scenario {
 				// a TTL; here each is back within a second, empty.
 				// A kill and its restart take 3-5 s under load: a 25 s hold
 				// sees about six, on three of the five masters or more.
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "kill", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, nemesis.KillName, 1, 3
 				c.LeaseTTL, c.Work, c.AcquireTimeout = 30*time.Second, 25*time.Second, 30*time.Second
 				// The harness waits out a whole wait and hold, so that the
 				// second holder's operation is seen whole (not timed out).
@@ -725,7 +725,7 @@ func Catalogue() []Scenario {
 				// after the client gave up) and retries it 300 ms later
 				// with the same Mutex; on one key the same session has
 				// often locked again by then, under the same key name.
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "none", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, nemesis.NoFaults, 1, 3
 				c.Work = 500 * time.Millisecond
 				c.RecipeOptions = map[string]string{"unlock": "retry", "unlock-timeout": "1ms", "unlock-retry-delay": "300ms"}
 			},
@@ -735,7 +735,7 @@ func Catalogue() []Scenario {
 			Name: "etcd-unlock-once", AntiPattern: 0, Needs: []Need{ClientOption("unlock", "once")},
 			Title: "control of etcd-unlock-retry: the same timed-out Unlocks, not retried, give no lock away",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "none", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, nemesis.NoFaults, 1, 3
 				c.Work = 500 * time.Millisecond
 				c.RecipeOptions = map[string]string{"unlock": "once", "unlock-timeout": "1ms"}
 			},
@@ -748,7 +748,7 @@ func Catalogue() []Scenario {
 				// The fault that breaks a fencing token: the service that
 				// gives it forgets it (a restart without persistence) or a
 				// new leader gives one from a state behind the old one's.
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "kill", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, nemesis.KillName, 1, 3
 				w := nemesis.Weights{nemesis.GroupNode: 1}
 				if b.Size > 1 && b.Leads {
 					w = nemesis.Weights{nemesis.GroupLeader: 1}
@@ -767,7 +767,7 @@ func Catalogue() []Scenario {
 			Name: "late-writer-drill", EndAfterRounds: 3, AntiPattern: 0, Needs: []Need{Fencing}, Drill: true,
 			Title: "partition a slow holder from the lock service, heal, and watch fencing stop its late write",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "partition", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, nemesis.PartitionName, 1, 4
 				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
 				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
 			},
@@ -777,7 +777,7 @@ func Catalogue() []Scenario {
 			Name: "late-writer-drill-store-fence", EndAfterRounds: 3, AntiPattern: 0, Needs: []Need{NoToken}, Drill: true,
 			Title: "a client with no token, fenced at the store: partition a slow holder from the lock service, heal, and watch the counter row's version check (--store postgres --store-opt check=version) refuse the stale write",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "partition", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, nemesis.PartitionName, 1, 4
 				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
 				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
 				storeVersionCheck(c)
@@ -834,7 +834,7 @@ func Catalogue() []Scenario {
 			Name: "curator-disconnect-two-holders", AntiPattern: KnownBug, Needs: []Need{ClientIs("curator")},
 			Title: "Curator InterProcessMutex: a holder cut from ZooKeeper past its session timeout still holds while another acquires (CURATOR-206)",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "partition", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, nemesis.PartitionName, 1, 3
 				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
 				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
 			},
@@ -844,7 +844,7 @@ func Catalogue() []Scenario {
 			Name: "curator-session-expiry-race", AntiPattern: KnownBug, Needs: []Need{ClientIs("curator")},
 			Title: "Curator InterProcessMutex: sessions of holders and waiters expire while they are frozen, and the woken holder writes (CURATOR-604)",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "pause", 1, 4
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, nemesis.PauseName, 1, 4
 				nemesis.SpecOf[*nemesis.PauseSpec](c.Faults).Targets = nemesis.Weights{nemesis.GroupHolder: 2, nemesis.GroupClient: 1}
 				c.Work, c.NemesisInterval = 300*time.Millisecond, 2*time.Second
 			},
@@ -860,7 +860,7 @@ func Catalogue() []Scenario {
 			Name: "leader-election-cut-leader", AntiPattern: KnownBug, Needs: []Need{ClientIs(kubernetesKind)},
 			Title: "client-go leader election: a leader cut from the API servers (still reaching the store) finishes its work and writes after another candidate took the Lease",
 			Apply: func(c *harness.Config, _ targets.Backend) {
-				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, "partition", 1, 3
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, nemesis.PartitionName, 1, 3
 				nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
 				c.Work, c.NemesisInterval = 3*time.Second, 2*time.Second
 			},
@@ -937,7 +937,7 @@ func Catalogue() []Scenario {
 // another leader and take locks from it while the cut-off client still
 // takes them from the old one.
 func splitBrain(c *harness.Config) {
-	c.Nemesis, c.Keys, c.Concurrency = "partition", 1, 4
+	c.Nemesis, c.Keys, c.Concurrency = nemesis.PartitionName, 1, 4
 	nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoLeaderWithClient}
 	c.Work, c.AcquireTimeout = 200*time.Millisecond, 2*time.Second
 	c.FaultMin, c.FaultMax, c.NemesisInterval = 10*time.Second, 10*time.Second, time.Second
@@ -947,7 +947,7 @@ func splitBrain(c *harness.Config) {
 // it 2 s; a holder is cut from the lock service for 12 s; its lock lasts
 // as long as its session (timeout=none: no idle timeout on the session).
 func halfOpen(c *harness.Config) {
-	c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, "partition", 1, 3
+	c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, nemesis.PartitionName, 1, 3
 	nemesis.SpecOf[*nemesis.PartitionSpec](c.Faults).Topologies = nemesis.List{nemesis.TopoClientsFromLocks}
 	c.Work, c.AcquireTimeout = 2*time.Second, 2*time.Second
 	c.FaultMin, c.FaultMax, c.NemesisInterval = 12*time.Second, 12*time.Second, time.Second
