@@ -59,7 +59,7 @@ func init() {
 		// checks the elector's own last observation, not the Lease it
 		// overwrites: not an owner-checked release.
 		Fencing: true, CheckedRelease: false, Renews: true,
-		Options: option.Decls(LeaseDurationOption, RenewDeadlineOption, RetryPeriodOption, TokenOption),
+		Options: option.Decls(LeaseDurationOption, RenewDeadlineOption, RetryPeriodOption, RequestTimeoutOption, TokenOption),
 		New:     NewLocker,
 	})
 }

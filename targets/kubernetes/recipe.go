@@ -33,7 +33,8 @@ const Namespace = "default"
 // The recipe's options: the leader election's three durations, defaulted
 // from the lease TTL in the proportions of Kubernetes's own components
 // (kube-controller-manager, kube-scheduler and controller-runtime default
-// to 15 s, 10 s and 2 s), and which fencing token to report.
+// to 15 s, 10 s and 2 s), the timeout of each request (as client-go sets
+// it on the client it makes for a lock), and which fencing token to report.
 var (
 	LeaseDurationOption = option.Duration("lease-duration",
 		"LeaseDuration: how long candidates wait, on their own clock, after the last change they saw to the Lease before they take it (whole seconds: the Lease records seconds)",
@@ -44,6 +45,9 @@ var (
 	RetryPeriodOption = option.Duration("retry-period",
 		"RetryPeriod: the wait between tries to acquire or renew",
 		0, 0, 0).Described("2/15 of lease-duration")
+	RequestTimeoutOption = option.Duration("request-timeout",
+		"the timeout of each request the election makes (0: none, a request waits for its caller's context)",
+		0, 0, 0).Described("half of renew-deadline, at least 1s, as client-go and controller-runtime set it")
 	TokenOption = option.Enum("token",
 		"the fencing token read from the Lease the acquisition wrote: transitions (its spec.leaseTransitions, plus one) or resource-version (its metadata.resourceVersion, etcd's revision of the write)",
 		TokenTransitions, TokenResourceVersion)
@@ -128,7 +132,11 @@ func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, log *
 		log = slog.New(slog.DiscardHandler)
 	}
 	klogOnce.Do(func() { klog.SetLogger(logr.FromSlogHandler(log.Handler())) })
-	coord, err := coordinationv1client.NewForConfig(RESTConfig(ep, client))
+	timeout := RequestTimeout(timing.RenewDeadline)
+	if d, ok := RequestTimeoutOption.Lookup(cfg.Options); ok {
+		timeout = d
+	}
+	coord, err := coordinationv1client.NewForConfig(RESTConfig(ep, client, timeout))
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
@@ -141,15 +149,29 @@ func newLocker(coord coordinationv1client.CoordinationV1Interface, client string
 		timing: timing, token: token, log: log}
 }
 
+// RequestTimeout is the timeout of each of the election's requests for
+// a RenewDeadline of renewDeadline: half of it, at least a second — what
+// client-go's resourcelock.NewFromKubeconfig and controller-runtime's
+// managers (v0.25.3, pkg/leaderelection) set on the client they make for
+// the lock, "to keep a single hung request from forcing a leader loss".
+// Without it a request that gets no answer waits for its caller's context:
+// in the acquire loop, which has no deadline of its own, for the whole
+// acquisition.
+func RequestTimeout(renewDeadline time.Duration) time.Duration {
+	return max(time.Second, renewDeadline/2)
+}
+
 // RESTConfig is a client's configuration for the API server at endpoint
 // (host:port): the run's bearer token, the self-signed serving certificate
-// taken on trust, and no client-side rate limit to speak of (client-go's
-// default of 5 requests a second would queue the election's own requests).
-func RESTConfig(endpoint, client string) *rest.Config {
+// taken on trust, each request bounded by timeout (zero: unbounded), and
+// no client-side rate limit to speak of (client-go's default of 5 requests
+// a second would queue the election's own requests).
+func RESTConfig(endpoint, client string, timeout time.Duration) *rest.Config {
 	return &rest.Config{
 		Host:            "https://" + endpoint,
 		BearerToken:     Token,
 		TLSClientConfig: rest.TLSClientConfig{Insecure: true},
+		Timeout:         timeout,
 		QPS:             1000,
 		Burst:           1000,
 		UserAgent:       "splitbrain/" + client,

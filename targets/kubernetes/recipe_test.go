@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -199,5 +201,66 @@ func TestRecorderToken(t *testing.T) {
 	}
 	if v, err := r.token(TokenResourceVersion); err != nil || v != 812 {
 		t.Errorf("resource-version token %d, %v; want 812", v, err)
+	}
+}
+
+func TestRequestTimeout(t *testing.T) {
+	for renew, want := range map[time.Duration]time.Duration{
+		10 * time.Second:        5 * time.Second, // Kubernetes's own 15 s / 10 s / 2 s
+		1333 * time.Millisecond: time.Second,     // the 2 s lease TTL's
+	} {
+		if got := RequestTimeout(renew); got != want {
+			t.Errorf("RequestTimeout(%v) = %v, want %v", renew, got, want)
+		}
+	}
+}
+
+// TestHungRequestsTimeOut: against an API server that accepts requests
+// and never answers (a connection gone dead), an acquisition with the
+// request timeout asks again after each timeout; with none (0), its first
+// request waits for the whole acquisition.
+func TestHungRequestsTimeOut(t *testing.T) {
+	for _, tc := range []struct {
+		timeout string
+		min     int64
+		max     int64
+	}{
+		{"", 2, 4},   // 1 s each in 2.5 s: the default for a 2 s lease
+		{"0s", 1, 1}, // one request, hung for the whole acquisition
+	} {
+		t.Run("request-timeout="+tc.timeout, func(t *testing.T) {
+			var requests atomic.Int64
+			stop := make(chan struct{})
+			srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				requests.Add(1)
+				select {
+				case <-r.Context().Done():
+				case <-stop:
+				}
+			}))
+			defer srv.Close()
+			defer close(stop)
+			opts := map[string]string{}
+			if tc.timeout != "" {
+				opts["request-timeout"] = tc.timeout
+			}
+			set, err := option.Parse(option.Decls(LeaseDurationOption, RenewDeadlineOption, RetryPeriodOption, RequestTimeoutOption, TokenOption), opts, "option", "test")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ep := strings.TrimPrefix(srv.URL, "https://")
+			l, err := NewLocker(context.Background(), targets.RecipeConfig{Kind: Name, Endpoints: []string{ep}, TTL: targets.Duration(2 * time.Second), Options: set}, "c1", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2500*time.Millisecond)
+			defer cancel()
+			if _, err := l.Acquire(ctx, "k0"); !errors.Is(err, targets.ErrUnavailable) {
+				t.Fatalf("acquire from a server that never answers: %v, want unavailable", err)
+			}
+			if n := requests.Load(); n < tc.min || n > tc.max {
+				t.Errorf("%d requests in 2.5 s, want %d to %d", n, tc.min, tc.max)
+			}
+		})
 	}
 }
