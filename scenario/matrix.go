@@ -717,6 +717,10 @@ func (rn *Runner) jobs(set *Set) []job {
 		}
 		n := e.runs(rn.Repeat)
 		for _, target := range names {
+			expect := expect
+			if b, err := targets.Lookup(target); err == nil {
+				expect = expect.On(b)
+			}
 			for _, client := range e.clients() {
 				for _, seed := range set.Seeds {
 					for rep := range set.Repetitions {

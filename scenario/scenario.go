@@ -95,6 +95,10 @@ type Expect struct {
 	// that "safe but stuck for a minute" fails the scenario.
 	Recovers bool          `json:"recovers,omitempty"`
 	MaxStall time.Duration `json:"max_stall_ns,omitempty"`
+	// StartUp says that the scenario kills lock nodes, so that MaxStall
+	// also allows the backend's StartUp (a killed node's time to serve
+	// again): [Expect.On] adds it.
+	StartUp bool `json:"start_up,omitempty"`
 	// MinBusy and MinUnavailable bound the failed acquisitions by cause
 	// from below, MaxBusy and MaxUnavailable from above (nil: not
 	// checked), so that a busy lock and an unreachable service are told
@@ -107,6 +111,15 @@ type Expect struct {
 	// Classified requires every failed acquisition to say busy or
 	// unavailable (none left as an unknown outcome or another error).
 	Classified bool `json:"classified,omitempty"`
+}
+
+// On is e for a run on backend b: with StartUp, MaxStall allows b's
+// StartUp on top.
+func (e Expect) On(b targets.Backend) Expect {
+	if e.StartUp && e.MaxStall > 0 {
+		e.MaxStall += b.StartUp
+	}
+	return e
 }
 
 func count(n int) *int { return &n }
@@ -488,8 +501,11 @@ func Catalogue() []Scenario {
 				c.TimeLimit = max(c.TimeLimit, k*3500*time.Millisecond+(k-1)*c.FaultMax)
 			},
 			// Safe, and never stuck: a key may wait out a fault (at most
-			// 2×TTL+1 s) and a lease, not much more.
-			Expect: Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid), NoEarlyOverlaps: true, MaxStall: 15 * time.Second},
+			// 2×TTL+1 s) and a lease, not much more — and, after a kill,
+			// the killed node's start-up where the backend declares one
+			// (a single API server of Kubernetes's: the service is down
+			// until it serves again).
+			Expect: Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid), NoEarlyOverlaps: true, MaxStall: 15 * time.Second, StartUp: true},
 		},
 		{
 			Name: "holder-lost-recovery", EndAfterRounds: 2, AntiPattern: 0, Needs: []Need{Fencing},

@@ -12,6 +12,7 @@ import (
 	"github.com/splitbrain/splitbrain/checkers"
 	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/internal/testenv"
+	"github.com/splitbrain/splitbrain/targets"
 
 	_ "github.com/splitbrain/splitbrain/catalog"
 )
@@ -119,6 +120,34 @@ func TestTargetsFromDeclarations(t *testing.T) {
 	s, _ := Lookup("busy-vs-unavailable")
 	if _, err := s.Config("redis", harness.DefaultConfig()); err == nil || !strings.Contains(err.Error(), "needs several lock nodes") {
 		t.Errorf("busy-vs-unavailable on redis: %v", err)
+	}
+}
+
+// TestExpectOn: correct-pattern kills lock nodes, so its stall bound on a
+// backend allows that backend's declared start-up (a single kube-apiserver
+// is down until it serves again); scenarios that kill no lock node keep
+// theirs.
+func TestExpectOn(t *testing.T) {
+	for _, tc := range []struct {
+		scenario, target string
+		want             time.Duration
+	}{
+		{"correct-pattern", "etcd", 15 * time.Second},
+		{"correct-pattern", "redis", 15 * time.Second},
+		{"correct-pattern", "kubernetes", 25 * time.Second},
+		{"holder-lost-recovery", "kubernetes", 8 * time.Second},
+	} {
+		s, _ := Lookup(tc.scenario)
+		b, err := targets.Lookup(tc.target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := s.Expect.On(b).MaxStall; got != tc.want {
+			t.Errorf("%s on %s: stall bound %v, want %v", tc.scenario, tc.target, got, tc.want)
+		}
+	}
+	if s, _ := Lookup("correct-pattern"); s.Expect.MaxStall != 15*time.Second {
+		t.Errorf("On changed the catalogue's expectation: %v", s.Expect.MaxStall)
 	}
 }
 

@@ -68,6 +68,13 @@ type Backend struct {
 	// behind. Scenarios that expect the lock's promises to survive the
 	// loss of its leader do not run it; those about failover do.
 	LosesOnFailover bool
+	// StartUp is how long a killed node of its takes, at most, from its
+	// restart to serving again, when that is more than the second or two
+	// most servers take (measured; zero: no more). While it starts, a
+	// node that is the only one of its kind (a single API server) leaves
+	// the service down: the stall bounds of scenarios that kill lock nodes
+	// allow it on top of the fault.
+	StartUp time.Duration
 	// Recipe is the kind of the lock recipe its clusters hand to clients
 	// (RecipeConfig.Kind), registered with [RegisterRecipe].
 	Recipe string

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"context"
+	"time"
 
 	"github.com/splitbrain/splitbrain/internal/etcdserver"
 	"github.com/splitbrain/splitbrain/internal/option"
@@ -40,6 +41,11 @@ func init() {
 		Size:    Target{}.Size(),
 		Leads:   true,
 		Durable: true,
+		// A killed kube-apiserver serves again (/readyz) 8.0 s and 9.8 s
+		// after its restart (TestControlPlane at load 10-20 and ~12);
+		// with one API server the Lease cannot be read or written
+		// meanwhile.
+		StartUp: 10 * time.Second,
 		Recipe:  Name,
 		Options: option.Decls(APIServers),
 		Probe: &targets.Probe{
