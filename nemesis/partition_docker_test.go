@@ -2,7 +2,6 @@ package nemesis_test
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -11,7 +10,6 @@ import (
 	"github.com/splitbrain/splitbrain/internal/testenv"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/runtime"
-	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/runtime/images"
 )
 
@@ -19,19 +17,14 @@ import (
 // and probes every ordered pair of nodes while it is in force and after
 // heal: the network must do exactly what the grudge says.
 func TestTopologiesReachability(t *testing.T) {
-	cli := testenv.Docker(t)
-	img := testenv.Images(t, cli, images.RoleClient)[images.RoleClient]
+	rt, imgs := testenv.Runtime(t, "p", images.RoleClient)
+	img := imgs[images.RoleClient]
 	// Every topology, each probed during and after: about 7 minutes in CI
 	// beside the other packages' Docker tests (10 were once not enough when
 	// the engine's exec calls slowed down); the package's own -timeout is
 	// the outer bound.
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
-	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("p%d", time.Now().UnixNano()%1e9)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close(context.Background()) })
 	start := func(name, role string) runtime.Node {
 		n, err := rt.Start(ctx, runtime.NodeSpec{Name: name, Role: role, Image: img, Cmd: []string{"sleep", "infinity"}, Caps: []string{runtime.CapNetAdmin}})
 		if err != nil {

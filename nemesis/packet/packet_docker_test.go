@@ -12,8 +12,6 @@ import (
 
 	"log/slog"
 
-	"github.com/docker/docker/client"
-
 	"github.com/splitbrain/splitbrain/internal/testenv"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/nemesis/packet"
@@ -31,13 +29,9 @@ type world struct {
 	store  string // the store's own address
 }
 
-func newWorld(t *testing.T, ctx context.Context, cli *client.Client, imgs map[string]string) *world {
+// newWorld starts the store and c1 on rt.
+func newWorld(t *testing.T, ctx context.Context, rt *docker.Runtime, imgs map[string]string) *world {
 	t.Helper()
-	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("k%d", time.Now().UnixNano()%1e9)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close(context.Background()) })
 	sn, addr, err := store.Deploy(ctx, rt, imgs[runtime.RoleStore])
 	if err != nil {
 		t.Fatal(err)
@@ -161,11 +155,10 @@ func (w testWriter) Write(p []byte) (int, error) {
 // passing and no reset; after each heal, nothing is left and round trips
 // are normal again.
 func TestPacketFaults(t *testing.T) {
-	cli := testenv.Docker(t)
-	imgs := testenv.Images(t, cli, images.RoleClient, runtime.RoleStore)
+	rt, imgs := testenv.Runtime(t, "k", images.RoleClient, runtime.RoleStore)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	w := newWorld(t, ctx, cli, imgs)
+	w := newWorld(t, ctx, rt, imgs)
 
 	t.Run("latency", func(t *testing.T) {
 		// One way (client→store) 200 ms ± 50 ms: each round trip is

@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	_ "github.com/splitbrain/splitbrain/catalog" // every role, as the images are built
 	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/internal/testenv"
-	"github.com/splitbrain/splitbrain/runtime/docker"
 	"github.com/splitbrain/splitbrain/targets/store"
 	"github.com/splitbrain/splitbrain/targets/store/postgres"
 )
@@ -51,15 +49,10 @@ func TestUnreachable(t *testing.T) {
 // TestStore deploys the store on Docker and holds its clients to the
 // fencing rule the built-in store keeps, in the database.
 func TestStore(t *testing.T) {
-	cli := testenv.Docker(t)
-	img := testenv.Images(t, cli, postgres.Role)[postgres.Role]
+	rt, imgs := testenv.Runtime(t, "t", postgres.Role)
+	img := imgs[postgres.Role]
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	rt, err := docker.New(ctx, cli, docker.Options{RunID: fmt.Sprintf("t%d", time.Now().UnixNano()%1e9)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { rt.Close(context.Background()) })
 	n, addr, err := postgres.Deploy(ctx, rt, img, nil)
 	if err != nil {
 		t.Fatal(err)
