@@ -322,7 +322,9 @@ func TestBackendScenarios(t *testing.T) {
 		"unfenced-late-write", "bypass-writer", "single-node-away", "single-node-restart",
 		// validate's fencing-token question: it expects tokens to keep
 		// rising across kills, which such a backend's own runs refute.
-		"token-across-restarts", "late-writer-drill", "slow-store-late-write"}
+		"token-across-restarts",
+		// Its role declares a state directory, which a power loss cuts.
+		"token-across-power-loss", "late-writer-drill", "slow-store-late-write"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("scenarios for %s: %v, want %v", inmemName, got, want)
 	}

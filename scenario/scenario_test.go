@@ -42,7 +42,7 @@ func TestCatalogueCoversEveryAntiPattern(t *testing.T) {
 			t.Errorf("no scenario for anti-pattern %d", ap)
 		}
 	}
-	for _, set := range []string{"nightly", "smoke"} {
+	for _, set := range []string{"nightly", "smoke", "power-loss-rates"} {
 		if _, err := LoadSet(set); err != nil {
 			t.Errorf("set %s: %v", set, err)
 		}
@@ -85,6 +85,11 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		"delayed-renewal-fenced":   "etcd,kubernetes,lockd,zookeeper",
 		"slow-store-late-write":    "redis,redis-sentinel",
 		"token-across-restarts":    all,
+		// Power losses: every backend whose nodes declare state
+		// directories; the unsynced cell, those with a durability switch.
+		"token-across-restarts-unsynced":   "etcd,lockd,mariadb,postgres,redis,zookeeper",
+		"token-across-power-loss":          all,
+		"token-across-power-loss-unsynced": "etcd,lockd,mariadb,postgres,redis,zookeeper",
 		// Known bugs: of Redlock (by its shape), and of one client
 		// option (only with that client, named by the set).
 		"redlock-clock-jump":             "redlock",
