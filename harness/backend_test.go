@@ -318,7 +318,7 @@ func TestBackendScenarios(t *testing.T) {
 			got = append(got, s.Name)
 		}
 	}
-	want := []string{"correct-pattern", "holder-lost-recovery", "no-expiry-deadlock", "long-ttl-unavailable",
+	want := []string{"correct-pattern", "correct-pattern-clock", "holder-lost-recovery", "no-expiry-deadlock", "long-ttl-unavailable",
 		"unfenced-late-write", "bypass-writer", "single-node-away", "single-node-restart",
 		// validate's fencing-token question: it expects tokens to keep
 		// rising across kills, which such a backend's own runs refute.

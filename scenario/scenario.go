@@ -402,6 +402,15 @@ func powerLoss(c *harness.Config, b targets.Backend) {
 	c.FaultMin, c.FaultMax, c.NemesisInterval = time.Second, 2*time.Second, 3*time.Second
 }
 
+// MonotonicLeases: a lock service that times its leases by a monotonic
+// clock, which a jump of its nodes' wall clocks leaves alone (etcd, lockd,
+// ZooKeeper; a session lock ends with its session).
+var MonotonicLeases = Need{Says: "leases timed by a monotonic clock", Test: func(b targets.Backend) bool { return !b.WallClockLeases }}
+
+// WallClockLeases: a lock service that expires its leases by its nodes'
+// wall clocks (Redis): a forward jump of one expires the locks it holds.
+var WallClockLeases = Need{Says: "leases expired by the nodes' wall clocks", Test: func(b targets.Backend) bool { return b.WallClockLeases }}
+
 // AppliesTo reports whether every need of s holds for b.
 func (s Scenario) AppliesTo(b targets.Backend) bool {
 	for _, n := range s.Needs {
@@ -545,6 +554,34 @@ func Catalogue() []Scenario {
 			// (a single API server of Kubernetes's: the service is down
 			// until it serves again).
 			Expect: Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid), NoEarlyOverlaps: true, MaxStall: 15 * time.Second, StartUp: true},
+		},
+		{
+			Name: "correct-pattern-clock", AntiPattern: 0, Needs: []Need{Fencing, KeepsGrants, MonotonicLeases},
+			Title: "the correct pattern while the wall clocks of lock nodes, holders and clients jump and flip: a service that times its leases by a monotonic clock gives no live lock away",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				// The clock fault's defaults: a jump or flips between two
+				// offsets of TTL..3×TTL, either way, of CLOCK_REALTIME, on
+				// a node, a holder or a client. Such a service ignores
+				// them; a monotonic skew (--clock-monotonic) is another
+				// fault, which makes its leases lapse early.
+				c.Workload, c.Nemesis, c.Keys = workloads.FencedCounter, faultClock, 2
+			},
+			Expect: Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid), NoEarlyOverlaps: true},
+		},
+		{
+			Name: "node-clock-jump", AntiPattern: KnownBug, Needs: []Need{SingleNode, WallClockLeases, Fencing},
+			Title: "known behaviour: a forward jump of the wall clock of a single lock node that expires leases by it (Redis) expires a held lock at once: a second client takes it while the first works (the lock's promise is broken; fencing keeps the data)",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				// Three clients on one key, each working half a TTL, so
+				// the key is held nearly all the time and a waiter is
+				// retrying when a jump of TTL..3×TTL expires it.
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, faultClock, 1, 3
+				setFault(c, faultClock, map[string]string{"clock-targets": nemesis.GroupNode, "clock-modes": "bump", "clock-direction": "forward"})
+				c.Work = c.LeaseTTL / 2
+			},
+			// Not a false positive of the mutual-exclusion verdict: the
+			// service did give a live lock away.
+			Expect: Expect{Lock: verdict(checkers.Invalid), Data: verdict(checkers.Valid), MinEarlyOverlaps: 1},
 		},
 		{
 			Name: "holder-lost-recovery", EndAfterRounds: 2, AntiPattern: 0, Needs: []Need{Fencing},

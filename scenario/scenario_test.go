@@ -59,9 +59,14 @@ func TestTargetsFromDeclarations(t *testing.T) {
 	// the failover ones.
 	withSentinel := "etcd,kubernetes,lockd,mariadb,postgres,redis,redis-sentinel,zookeeper"
 	want := map[string]string{
-		"correct-pattern":      all,
-		"holder-lost-recovery": withSentinel,
-		"no-expiry-deadlock":   "redis,redis-sentinel",
+		"correct-pattern": all,
+		// Clock faults: Redis expires keys by its wall clock (a forward
+		// jump on its one node gives a live lock away), the others time
+		// leases by a monotonic clock.
+		"correct-pattern-clock": "etcd,kubernetes,lockd,mariadb,postgres,zookeeper",
+		"node-clock-jump":       "redis",
+		"holder-lost-recovery":  withSentinel,
+		"no-expiry-deadlock":    "redis,redis-sentinel",
 		// Not postgres: its lock is no lease (Recipe.Session), a killed
 		// holder's goes at once.
 		"long-ttl-unavailable": "redis,redis-sentinel",

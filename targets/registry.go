@@ -75,6 +75,13 @@ type Backend struct {
 	// the service down: the stall bounds of scenarios that kill lock nodes
 	// allow it on top of the fault.
 	StartUp time.Duration
+	// WallClockLeases says the service expires its leases by its nodes'
+	// wall clock (CLOCK_REALTIME), as Redis expires keys: a forward jump
+	// of a node's clock expires the locks that node holds at once, while
+	// their holders work. A service that times leases by a monotonic
+	// clock (etcd, lockd, ZooKeeper) ignores wall-clock jumps. Scenarios
+	// about clock faults choose by it.
+	WallClockLeases bool
 	// Recipe is the kind of the lock recipe its clusters hand to clients
 	// (RecipeConfig.Kind), registered with [RegisterRecipe].
 	Recipe string

@@ -38,6 +38,8 @@ func init() {
 		UnsyncedWith: map[string]string{"persistence": "aof-everysec"},
 		Options:      option.Decls(node.Persistence),
 		Local:        local(1),
+		// Redis expires keys by its wall clock (docs/known-bugs.md, Redlock).
+		WallClockLeases: true,
 	})
 	targets.RegisterRecipe(targets.Recipe{
 		Kind:     Name,

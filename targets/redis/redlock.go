@@ -51,6 +51,8 @@ func init() {
 		UnsyncedWith: map[string]string{"persistence": "aof-everysec"},
 		Options:      option.Decls(node.Persistence),
 		Local:        local(Masters),
+		// Redis expires keys by its wall clock (docs/known-bugs.md, Redlock).
+		WallClockLeases: true,
 	})
 }
 

@@ -61,6 +61,8 @@ func init() {
 		// aof-everysec survives a kill, not a power loss (docs/durability.md).
 		UnsyncedWith:    map[string]string{"persistence": "aof-everysec"},
 		LosesOnFailover: true,
+		// Redis expires keys by its wall clock.
+		WallClockLeases: true,
 		Recipe:          Name,
 		Options:         ServerOptions(),
 		Probe: &targets.Probe{
