@@ -97,9 +97,10 @@ func TimingFor(ttl time.Duration, opts option.Set) (Timing, error) {
 var klogOnce sync.Once
 
 // Locker is the leader-election lock recipe for one client: each Acquire
-// runs a client-go LeaderElector on a LeaseLock named after the key, with
-// an identity of its own (client, process, sequence), until Release
-// cancels it (ReleaseOnCancel).
+// runs the key's client-go LeaderElector on a LeaseLock named after the
+// key, with an identity of its own (client, process, sequence), until
+// Release cancels it (ReleaseOnCancel). The elector is kept from one
+// acquisition of the key to the next (see candidate).
 type Locker struct {
 	coord    coordinationv1client.CoordinationV1Interface
 	client   string
@@ -110,6 +111,30 @@ type Locker struct {
 
 	seq           atomic.Uint64
 	renewFailures atomic.Int64
+
+	mu         sync.Mutex
+	candidates map[string]*candidate
+}
+
+// candidate is this client's campaign for one Lease: one LeaderElector
+// that every acquisition of the key runs again, so that what it observed
+// of the Lease (the record and when it first saw it unchanged: the
+// library's observedTime, by which it judges a holder's lease expired)
+// carries over from one bounded attempt to the next, as it does for a
+// candidate that campaigns without stopping. An elector made afresh for
+// each attempt would start that clock again each time: with attempts
+// shorter than LeaseDuration it never finds a dead holder's Lease expired,
+// and the lock never comes back.
+type candidate struct {
+	lock *resourcelock.LeaseLock
+	le   *leaderelection.LeaderElector
+	// leading receives each Run's leadership context. A Run starts its
+	// OnStartedLeading in a goroutine of its own, which may send after
+	// that Run has returned: its context is cancelled by then, and the
+	// next attempt passes over it. inUse says an attempt or a hold is
+	// running on le (the Locker's mu guards it).
+	leading chan context.Context
+	inUse   bool
 }
 
 var _ targets.Locker = (*Locker)(nil)
@@ -201,47 +226,47 @@ func LeaseName(key string) string {
 	return strings.TrimSuffix(b.String(), "-")
 }
 
-// Acquire implements targets.Locker: it starts a LeaderElector and waits
-// until it leads (OnStartedLeading) or ctx is done.
+// Acquire implements targets.Locker: it runs the key's LeaderElector
+// (made on the key's first acquisition, run again by the next ones) under
+// an identity of this acquisition's own, until it leads (OnStartedLeading)
+// or ctx is done.
 func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error) {
 	id := fmt.Sprintf("%s-%s-%d", l.client, l.instance, l.seq.Add(1))
 	rec := &recorder{id: id}
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Name: LeaseName(key), Namespace: Namespace},
-		Client:     recordingGetter{CoordinationV1Interface: l.coord, rec: rec},
-		LockConfig: resourcelock.ResourceLockConfig{Identity: id},
-	}
-	leading := make(chan context.Context, 1)
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		Name:            lock.LeaseMeta.Name,
-		LeaseDuration:   l.timing.LeaseDuration,
-		RenewDeadline:   l.timing.RenewDeadline,
-		RetryPeriod:     l.timing.RetryPeriod,
-		ReleaseOnCancel: true,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(lctx context.Context) { leading <- lctx },
-			OnStoppedLeading: func() {},
-		},
-	})
+	c, err := l.campaign(key, id)
 	if err != nil {
 		return nil, fmt.Errorf("acquire %s: %w", key, err)
+	}
+	// No Run is under way on c: it is this attempt's alone until done.
+	c.lock.LockConfig.Identity = id
+	c.lock.Client = recordingGetter{CoordinationV1Interface: l.coord, rec: rec}
+	leading, le := c.leading, c.le
+	for len(leading) > 0 {
+		<-leading // earlier Runs' (cancelled) contexts
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		defer l.free(key, c)
 		le.Run(runCtx)
 	}()
-	select {
-	case lctx := <-leading:
-		token, err := rec.token(l.token)
-		if err != nil {
-			cancel()
-			return nil, fmt.Errorf("acquire %s: %w", key, err)
+wait:
+	for {
+		select {
+		case lctx := <-leading:
+			if lctx.Err() != nil {
+				continue // an earlier Run's, or leadership already lost
+			}
+			token, err := rec.token(l.token)
+			if err != nil {
+				cancel()
+				return nil, fmt.Errorf("acquire %s: %w", key, err)
+			}
+			return &lease{l: l, le: le, key: key, token: token, leading: lctx, cancel: cancel, done: done}, nil
+		case <-ctx.Done():
+			break wait
 		}
-		return &lease{l: l, le: le, key: key, token: token, leading: lctx, cancel: cancel, done: done}, nil
-	case <-ctx.Done():
 	}
 	cancel()
 	// Run returns once its acquire loop sees the cancellation (and, had it
@@ -254,6 +279,59 @@ func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error)
 		return nil, fmt.Errorf("acquire %s: held by %s: %w", key, holder, targets.ErrBusy)
 	}
 	return nil, fmt.Errorf("acquire %s: %w: %w", key, targets.ErrUnavailable, rec.failure(ctx.Err()))
+}
+
+// campaign is the key's candidate for the acquisition id, marked in use:
+// the one kept for key,
+// or, while that one is still in use (an attempt given up whose Run has
+// not returned yet), a new one for this attempt alone.
+func (l *Locker) campaign(key, id string) (*candidate, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c, ok := l.candidates[key]; ok && !c.inUse {
+		c.inUse = true
+		return c, nil
+	}
+	// The library refuses a lock with no identity: the first
+	// acquisition's, which Acquire sets again.
+	c := &candidate{lock: &resourcelock.LeaseLock{LeaseMeta: metav1.ObjectMeta{Name: LeaseName(key), Namespace: Namespace},
+		Client: l.coord, LockConfig: resourcelock.ResourceLockConfig{Identity: id}},
+		leading: make(chan context.Context, 8)}
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            c.lock,
+		Name:            c.lock.LeaseMeta.Name,
+		LeaseDuration:   l.timing.LeaseDuration,
+		RenewDeadline:   l.timing.RenewDeadline,
+		RetryPeriod:     l.timing.RetryPeriod,
+		ReleaseOnCancel: true,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(lctx context.Context) {
+				select {
+				case c.leading <- lctx:
+				default: // only cancelled contexts are left unread
+				}
+			},
+			OnStoppedLeading: func() {},
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.le, c.inUse = le, true
+	if _, ok := l.candidates[key]; !ok {
+		if l.candidates == nil {
+			l.candidates = make(map[string]*candidate)
+		}
+		l.candidates[key] = c
+	}
+	return c, nil
+}
+
+// free marks c, whose Run has returned, free for the key's next attempt.
+func (l *Locker) free(key string, c *candidate) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	c.inUse = false
 }
 
 // RenewFailures is the number of leases whose elector stopped leading
