@@ -371,6 +371,15 @@ var PowerCut = Need{Says: "state directories a power loss can cut", Test: func(b
 // off (targets.Backend.UnsyncedWith).
 var Unsynced = Need{Says: "a durability switch that can be turned off", Test: func(b targets.Backend) bool { return len(b.UnsyncedWith) > 0 }}
 
+// durable runs a backend that is not durable by default in the
+// configuration that keeps its tokens (targets.Backend.DurableWith), where
+// it declares one (validate runs the configuration under test instead).
+func durable(c *harness.Config, b targets.Backend) {
+	if !b.Durable && len(b.DurableWith) > 0 {
+		c.RecipeOptions = maps.Clone(b.DurableWith)
+	}
+}
+
 // killService sets c's runs that kill the lock service: the fenced
 // counter on one key while the service (its leader, when it has one) is
 // killed for a second or two, about every three seconds. The fault that
@@ -838,11 +847,7 @@ func Catalogue() []Scenario {
 			Title: "fencing tokens keep rising while the lock service itself is killed and restarted (its leader, when it has one)",
 			Apply: func(c *harness.Config, b targets.Backend) {
 				killService(c, b)
-				if !b.Durable && len(b.DurableWith) > 0 {
-					// The configuration that keeps its tokens (validate
-					// runs the configuration under test instead).
-					c.RecipeOptions = maps.Clone(b.DurableWith)
-				}
+				durable(c, b)
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid)},
 		},
@@ -860,9 +865,7 @@ func Catalogue() []Scenario {
 			Title: "fencing tokens keep rising while the lock service loses power (a quorum of its members at once, when it has several) and loses what it had not fsynced",
 			Apply: func(c *harness.Config, b targets.Backend) {
 				powerLoss(c, b)
-				if !b.Durable && len(b.DurableWith) > 0 {
-					c.RecipeOptions = maps.Clone(b.DurableWith)
-				}
+				durable(c, b)
 			},
 			Expect: Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid)},
 		},
