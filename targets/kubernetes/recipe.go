@@ -248,7 +248,7 @@ func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		defer l.free(key, c)
+		defer l.free(c)
 		le.Run(runCtx)
 	}()
 wait:
@@ -328,7 +328,7 @@ func (l *Locker) campaign(key, id string) (*candidate, error) {
 }
 
 // free marks c, whose Run has returned, free for the key's next attempt.
-func (l *Locker) free(key string, c *candidate) {
+func (l *Locker) free(c *candidate) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	c.inUse = false
