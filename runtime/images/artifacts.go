@@ -22,6 +22,22 @@ func (b *Builder) Artifacts(ctx context.Context, roles []string) ([]Artifact, er
 	if err != nil {
 		return nil, err
 	}
+	var files []File
+	for _, p := range plans {
+		for _, f := range p.Files {
+			if !slices.ContainsFunc(files, func(g File) bool { return g.Dest == f.Dest }) {
+				files = append(files, f)
+			}
+		}
+	}
+	return b.Make(ctx, files...)
+}
+
+// Make returns files, making those not yet in the cache, holding the
+// builder's lock file as Ensure does: no Docker engine (b.Client may be
+// nil). A test that runs a pinned program on this machine (etcd) gets it
+// so.
+func (b *Builder) Make(ctx context.Context, files ...File) ([]Artifact, error) {
 	if err := os.MkdirAll(b.CacheDir, 0o755); err != nil {
 		return nil, fmt.Errorf("binary cache dir: %w", err)
 	}
@@ -30,18 +46,13 @@ func (b *Builder) Artifacts(ctx context.Context, roles []string) ([]Artifact, er
 		return nil, err
 	}
 	defer unlock()
-	var out []Artifact
-	for _, p := range plans {
-		for _, f := range p.Files {
-			if slices.ContainsFunc(out, func(o Artifact) bool { return o.Dest == f.Dest }) {
-				continue
-			}
-			a, err := f.make(ctx, b)
-			if err != nil {
-				return nil, fmt.Errorf("files of %s: %w", p.Role, err)
-			}
-			out = append(out, a)
+	out := make([]Artifact, 0, len(files))
+	for _, f := range files {
+		a, err := f.make(ctx, b)
+		if err != nil {
+			return nil, fmt.Errorf("file %s: %w", f.Name, err)
 		}
+		out = append(out, a)
 	}
 	return out, nil
 }

@@ -188,3 +188,32 @@ func TestBuiltFile(t *testing.T) {
 		t.Fatal("the build used a moment ago was removed")
 	}
 }
+
+// Builder.Make makes the files it is given under the builder's lock
+// file: a second caller waits until the first is done, then finds the
+// file in the cache.
+func TestBuilderMake(t *testing.T) {
+	b := &Builder{CacheDir: t.TempDir()}
+	builds := 0
+	f := BuiltFile("tool.so", "/opt/tool.so", 0o644, func() []string { return []string{"v1"} }, func(_ context.Context, out string) error {
+		builds++
+		return os.WriteFile(out, []byte("v1"), 0o644)
+	})
+	unlock, err := lockFile(context.Background(), filepath.Join(b.CacheDir, "images.lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := b.Make(ctx, f); err == nil || builds != 0 {
+		t.Fatalf("Make while another held the lock: %v, %d builds", err, builds)
+	}
+	unlock()
+	arts, err := b.Make(context.Background(), f)
+	if err != nil || len(arts) != 1 || arts[0].Name != "tool.so" || arts[0].Dest != "/opt/tool.so" || arts[0].Mode != 0o644 {
+		t.Fatalf("Make: %+v, %v", arts, err)
+	}
+	if again, err := b.Make(context.Background(), f); err != nil || again[0].Path != arts[0].Path || builds != 1 {
+		t.Fatalf("Make again: %+v, %v, %d builds", again, err, builds)
+	}
+}

@@ -103,14 +103,59 @@ func (l *Locker) sessionFor(ctx context.Context) (*concurrency.Session, error) {
 	return s, nil
 }
 
-// Acquire implements targets.Locker.
+// maxReserve bounds the time an acquisition keeps, at the end of its
+// caller's, for what follows Lock.
+const maxReserve = 300 * time.Millisecond
+
+// reserve is the time an acquisition on ctx keeps at the end of the
+// caller's for what follows Lock (its cleanup, reading the token, telling
+// busy from unavailable): a quarter of the time left, at most maxReserve;
+// maxReserve when ctx has no deadline.
+func reserve(ctx context.Context) time.Duration {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return maxReserve
+	}
+	return max(0, min(time.Until(d)/4, maxReserve))
+}
+
+// lockContext is what Lock runs on: ctx ending r before its deadline.
+func lockContext(ctx context.Context, r time.Duration) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, d.Add(-r))
+	}
+	return context.WithCancel(ctx)
+}
+
+// afterContext is what follows Lock runs on: ctx ending a quarter of the
+// reserve r before its deadline, so that the answer is back before the
+// caller stops waiting; without a deadline, the rest of the reserve from
+// now, even if ctx was cancelled.
+func afterContext(ctx context.Context, r time.Duration) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(ctx, d.Add(-r/4))
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), r*3/4)
+}
+
+// Acquire implements targets.Locker. It answers before ctx's deadline:
+// the session's lease is granted and Lock runs on a context that ends a
+// reserve before it (reserve), and Lock's cleanup, the token's read or
+// the probe that tells busy from unavailable run within the reserve.
 func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error) {
-	s, err := l.sessionFor(ctx)
+	r := reserve(ctx)
+	lctx, cancel := lockContext(ctx, r)
+	defer cancel()
+	s, err := l.sessionFor(lctx)
 	if err != nil {
 		return nil, fmt.Errorf("acquire %s: %w", key, err)
 	}
-	m := concurrency.NewMutex(s, lockPrefix+key+"/")
-	if err := l.lock(ctx, m); err != nil {
+	prefix := lockPrefix + key + "/"
+	m := concurrency.NewMutex(s, prefix)
+	err = l.lock(ctx, lctx, m, r/2)
+	actx, acancel := afterContext(ctx, r)
+	defer acancel()
+	if err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, concurrency.ErrSessionExpired) {
 			// The session's lease expired before its keep-alive noticed
 			// (the holder was frozen, or its clock jumped): drop it, so
@@ -119,14 +164,12 @@ func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error)
 			l.dropSession(s)
 			return nil, fmt.Errorf("acquire %s: lease lost: %w: %w", key, targets.ErrUnavailable, err)
 		}
-		return nil, fmt.Errorf("acquire %s: %w", key, l.classify(key, err))
+		return nil, fmt.Errorf("acquire %s: %w", key, l.classify(actx, lctx, prefix, s.Lease(), err))
 	}
 	// The token: the create revision of our key.
-	gctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-	defer cancel()
-	resp, err := l.cli.Get(gctx, m.Key())
+	resp, err := l.cli.Get(actx, m.Key())
 	if err != nil || len(resp.Kvs) == 0 {
-		_ = m.Unlock(gctx)
+		go unlockAbandoned(m)
 		if err == nil {
 			err = concurrency.ErrSessionExpired
 		}
@@ -135,48 +178,64 @@ func (l *Locker) Acquire(ctx context.Context, key string) (targets.Lease, error)
 	return &lease{l: l, s: s, key: m.Key(), token: uint64(resp.Kvs[0].CreateRevision)}, nil
 }
 
-// lock runs Mutex.Lock but returns when ctx is done even if Lock is stuck
-// cleaning up (it deletes its waiter key on the client's context, which a
-// partition can hold up). A Lock that succeeds after being abandoned is
-// unlocked at once, so it holds nobody up.
-func (l *Locker) lock(ctx context.Context, m *concurrency.Mutex) error {
+// lock runs m.Lock on lctx. When lctx ends first, Lock cleans up (it
+// deletes its waiter key on the client's own context, which a partition
+// can hold up): its return is awaited for cleanup at most, or until ctx
+// is done, then it is abandoned with lctx's error. A Lock that succeeds
+// after being abandoned is unlocked at once, so it holds nobody up.
+func (l *Locker) lock(ctx, lctx context.Context, m *concurrency.Mutex, cleanup time.Duration) error {
 	done := make(chan error, 1)
-	go func() { done <- m.Lock(ctx) }()
+	go func() { done <- m.Lock(lctx) }()
 	select {
 	case err := <-done:
 		return err
+	case <-lctx.Done():
+	}
+	wait := time.NewTimer(cleanup)
+	defer wait.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-wait.C:
 	case <-ctx.Done():
 	}
-	select {
-	case err := <-done:
-		return err
-	case <-time.After(time.Second):
-		go func() {
-			if err := <-done; err == nil {
-				uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				_ = m.Unlock(uctx)
-			}
-		}()
-		return ctx.Err()
-	}
+	go func() {
+		if err := <-done; err == nil {
+			unlockAbandoned(m)
+		}
+	}()
+	return lctx.Err()
 }
 
-// classify tells a busy lock from an unavailable service: after a failed
-// Lock, a quick linearizable read of the key's waiters that succeeds means
-// the service answers and someone else holds the lock.
-func (l *Locker) classify(key string, err error) error {
-	if errors.Is(err, concurrency.ErrSessionExpired) {
+// unlockAbandoned deletes the key of a lock that was taken but will not
+// be used, on a context of its own.
+func unlockAbandoned(m *concurrency.Mutex) {
+	uctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = m.Unlock(uctx)
+}
+
+// classify tells a busy lock from an unavailable service after Lock, run
+// on lctx, failed with err. A Lock that failed before its deadline was
+// failed by the service, not cut by the deadline (targets.CutShort):
+// unavailable. One cut short may have waited behind another holder: a
+// linearizable read, on actx, of the key's oldest waiter — its holder —
+// that finds another session's key (a lease not own) says the service
+// answers and someone else holds the lock: busy. A read that fails, or
+// finds no key or this client's own, saw no other holder: unavailable.
+func (l *Locker) classify(actx, lctx context.Context, prefix string, own clientv3.LeaseID, err error) error {
+	if !targets.CutShort(lctx) {
 		return fmt.Errorf("%w: %w", targets.ErrUnavailable, err)
 	}
-	pctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	resp, perr := l.cli.Get(pctx, lockPrefix+key+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if perr == nil && resp.Count > 0 {
-		return fmt.Errorf("%w: %w", targets.ErrBusy, err)
-	}
-	if perr == nil {
+	resp, perr := l.cli.Get(actx, prefix, clientv3.WithFirstCreate()...)
+	switch {
+	case perr != nil:
+	case len(resp.Kvs) == 0:
 		perr = errors.New("no holder found")
+	case clientv3.LeaseID(resp.Kvs[0].Lease) == own:
+		perr = errors.New("the oldest waiter is this client's own key")
+	default:
+		return fmt.Errorf("%w: %w (held under lease %x)", targets.ErrBusy, err, resp.Kvs[0].Lease)
 	}
 	return fmt.Errorf("%w: %w (probe: %v)", targets.ErrUnavailable, err, perr)
 }
