@@ -34,13 +34,23 @@ func serveRecipe(kind string) int {
 // protocol, against backend's in-process stand-in.
 func conform(t *testing.T, kind, backend string, options map[string]string) *external.Report {
 	t.Helper()
+	return conformWith(t, kind, backend, nil, options)
+}
+
+// conformWith runs the conformance check on recipe kind served over the
+// protocol (this test binary as its adapter, external.Serve), against
+// backend's service at endpoints (leases expire by waiting their TTL out),
+// or its in-process stand-in when endpoints is empty, with the recipe
+// options in hello.
+func conformWith(t *testing.T, kind, backend string, endpoints []string, options map[string]string) *external.Report {
+	t.Helper()
 	b, err := targets.Lookup(backend)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	svc, stop, err := external.ServiceFor(ctx, b, nil)
+	svc, stop, err := external.ServiceFor(ctx, b, endpoints)
 	if err != nil {
 		t.Fatal(err)
 	}
