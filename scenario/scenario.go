@@ -301,6 +301,12 @@ func slowLockLink(c *harness.Config) {
 // fenced counter need one; a client without is refused).
 var Fencing = ClientNeed("a client that gives fencing tokens", func(_ targets.Backend, r targets.Recipe) bool { return r.Fencing })
 
+// CheckedRelease: the run's client releases only its own lock — a release
+// that finds the lock gone to another leaves it alone. Without it a holder
+// that outlived its lease (paused, cut off) and releases on waking gives the
+// new holder's lock away (client-go's ReleaseOnCancel: docs/kubernetes.md).
+var CheckedRelease = ClientNeed("a client whose release is owner-checked", func(_ targets.Backend, r targets.Recipe) bool { return r.CheckedRelease })
+
 // NoToken: the run's client gives no fencing token (redsync, redis-py,
 // redislock). The checklist puts such a client through the same faults
 // with the unfenced counter, and fences it at the store instead (a
@@ -530,7 +536,7 @@ func holders() nemesis.Weights { return nemesis.Weights{nemesis.GroupHolder: 1} 
 func Catalogue() []Scenario {
 	return []Scenario{
 		{
-			Name: "correct-pattern", EndAfterRounds: 1, AntiPattern: 0, Needs: []Need{Fencing, KeepsGrants},
+			Name: "correct-pattern", EndAfterRounds: 1, AntiPattern: 0, Needs: []Need{Fencing, CheckedRelease, KeepsGrants},
 			Title: "lease + owner-checked release + fencing keeps the data correct under pauses, partitions and kills",
 			Apply: func(c *harness.Config, b targets.Backend) {
 				c.Workload, c.Nemesis, c.Keys = workloads.FencedCounter, nemesis.PauseName+","+nemesis.PartitionName+","+nemesis.KillName, 2
@@ -565,7 +571,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid), NoEarlyOverlaps: true, MaxStall: 15 * time.Second, StartUp: true},
 		},
 		{
-			Name: "correct-pattern-clock", AntiPattern: 0, Needs: []Need{Fencing, KeepsGrants, MonotonicLeases},
+			Name: "correct-pattern-clock", AntiPattern: 0, Needs: []Need{Fencing, CheckedRelease, KeepsGrants, MonotonicLeases},
 			Title: "the correct pattern while the wall clocks of lock nodes, holders and clients jump and flip: a service that times its leases by a monotonic clock gives no live lock away",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				// The clock fault's defaults: a jump or flips between two
@@ -917,7 +923,7 @@ func Catalogue() []Scenario {
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
 		{
-			Name: "delayed-renewal-fenced", AntiPattern: 0, Needs: []Need{Renewing, Fencing},
+			Name: "delayed-renewal-fenced", AntiPattern: 0, Needs: []Need{Renewing, Fencing, CheckedRelease},
 			Title: "the same slow link to the lock service with fencing: the lease still expires under the holder, and its stale write is refused",
 			Apply: func(c *harness.Config, _ targets.Backend) {
 				slowLockLink(c)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -59,11 +60,13 @@ func TestTargetsFromDeclarations(t *testing.T) {
 	// the failover ones.
 	withSentinel := "etcd,kubernetes,lockd,mariadb,postgres,redis,redis-sentinel,zookeeper"
 	want := map[string]string{
-		"correct-pattern": all,
+		// Not kubernetes by its own client: client-go's give-back is not
+		// owner-checked (its checked client, kubernetes-checked, is).
+		"correct-pattern": "etcd,lockd,mariadb,postgres,redis,zookeeper",
 		// Clock faults: Redis expires keys by its wall clock (a forward
 		// jump on its one node gives a live lock away), the others time
 		// leases by a monotonic clock.
-		"correct-pattern-clock": "etcd,kubernetes,lockd,mariadb,postgres,zookeeper",
+		"correct-pattern-clock": "etcd,lockd,mariadb,postgres,zookeeper",
 		"node-clock-jump":       "redis",
 		"holder-lost-recovery":  withSentinel,
 		"no-expiry-deadlock":    "redis,redis-sentinel",
@@ -87,7 +90,7 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		"late-writer-drill-store-fence": "redlock",
 		// Packet faults: clients that renew; a lease that is not.
 		"delayed-renewal-unfenced": "etcd,kubernetes,lockd,zookeeper",
-		"delayed-renewal-fenced":   "etcd,kubernetes,lockd,zookeeper",
+		"delayed-renewal-fenced":   "etcd,lockd,zookeeper",
 		"slow-store-late-write":    "redis,redis-sentinel",
 		"token-across-restarts":    all,
 		// Power losses: every backend whose nodes declare state
@@ -371,5 +374,19 @@ func TestSetClients(t *testing.T) {
 		if _, err := LoadSet(name); err != nil {
 			t.Errorf("set %s: %v", name, err)
 		}
+	}
+}
+
+// TestCorrectPatternNeedsACheckedRelease: client-go's own give-back
+// (ReleaseOnCancel) is not owner-checked, so the correct pattern runs on
+// kubernetes with the recipe's checked give-back only.
+func TestCorrectPatternNeedsACheckedRelease(t *testing.T) {
+	s, _ := Lookup("correct-pattern")
+	b, err := targets.Lookup("kubernetes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Clients(b); !slices.Equal(got, []string{"kubernetes-checked"}) {
+		t.Errorf("correct-pattern on kubernetes runs with %v, want [kubernetes-checked]", got)
 	}
 }

@@ -16,8 +16,13 @@ func kubeRun(workload, nemesis string, extra ...string) []string {
 
 // TestKubernetesVerdicts: on a real control plane, a leader paused past
 // its LeaseDuration resumes and writes while another candidate leads:
-// unfenced, updates are lost; fenced with the Lease's leaseTransitions, the
-// store refuses the late writes and the data stays valid.
+// unfenced, updates are lost; fenced with the Lease's leaseTransitions and
+// given back only while the Lease names it (kubernetes-checked), the store
+// refuses the late writes, the data stays valid and no live lock is given
+// away. (client-go's own give-back, ReleaseOnCancel, clears the Lease of the
+// candidate that took over when the woken leader releases before its elector
+// has read the Lease again: a live lock given away, now and then, which
+// TestReleaseOfALeaseTakenMeanwhile in targets/kubernetes shows every time.)
 func TestKubernetesVerdicts(t *testing.T) {
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "etcd", "kubernetes")
@@ -34,8 +39,8 @@ func TestKubernetesVerdicts(t *testing.T) {
 		}
 		assertNoLeftovers(t, cli, res["run_id"].(string))
 	})
-	t.Run("fenced under leader pauses is valid", func(t *testing.T) {
-		code, res, _ := e2eRun(t, kubeRun("fenced-counter", "pause", "--pause-targets", "holder=1")...)
+	t.Run("fenced and checked under leader pauses is valid", func(t *testing.T) {
+		code, res, _ := e2eRun(t, kubeRun("fenced-counter", "pause", "--pause-targets", "holder=1", "--client", "kubernetes-checked")...)
 		if code != exitValid || res["valid"] != true {
 			t.Fatalf("exit %d, valid %v: want valid (late writes refused by the store)", code, res["valid"])
 		}

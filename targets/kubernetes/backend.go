@@ -54,6 +54,7 @@ func init() {
 		},
 		Programs: []targets.Program{APIServerProgram},
 	})
+	options := option.Decls(LeaseDurationOption, RenewDeadlineOption, RetryPeriodOption, RequestTimeoutOption, TokenOption)
 	targets.RegisterRecipe(targets.Recipe{
 		Kind:     Name,
 		Backends: []string{Name},
@@ -63,9 +64,27 @@ func init() {
 		// The token is read from the Lease the acquisition wrote (the
 		// library itself offers none). The give-back (ReleaseOnCancel)
 		// checks the elector's own last observation, not the Lease it
-		// overwrites: not an owner-checked release.
+		// overwrites: not an owner-checked release (a leader paused past
+		// its lease that releases before its next renewal clears the new
+		// leader's hold; TestReleaseOfALeaseTakenMeanwhile).
 		Fencing: true, CheckedRelease: false, Renews: true,
-		Options: option.Decls(LeaseDurationOption, RenewDeadlineOption, RetryPeriodOption, RequestTimeoutOption, TokenOption),
+		Options: options,
+		New:     NewLocker,
+	})
+	targets.RegisterRecipe(targets.Recipe{
+		Kind:     CheckedKind,
+		Backends: []string{Name},
+		Title:    "client-go tools/leaderelection with a LeaseLock, given back only while the Lease names the holder (ReleaseOnCancel off; Go, in process)",
+		Library:  ClientLibrary + "/tools/leaderelection",
+		Version:  targets.ModuleVersion(ClientLibrary),
+		Fencing:  true, CheckedRelease: true, Renews: true,
+		Options: options,
 		New:     NewLocker,
 	})
 }
+
+// CheckedKind is the recipe that runs the same elector with
+// ReleaseOnCancel off and gives the Lease back itself, by an update
+// conditional on a read that names the acquisition: an owner-checked
+// release.
+const CheckedKind = Name + "-checked"

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-logr/logr"
 	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	coordinationv1client "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/client-go/rest"
@@ -107,7 +108,11 @@ type Locker struct {
 	instance string
 	timing   Timing
 	token    string
-	log      *slog.Logger
+	// checked: the recipe gives the Lease back itself, only while it
+	// still names this acquisition (CheckedKind), instead of the
+	// library's ReleaseOnCancel.
+	checked bool
+	log     *slog.Logger
 
 	seq           atomic.Uint64
 	renewFailures atomic.Int64
@@ -165,7 +170,9 @@ func NewLocker(_ context.Context, cfg targets.RecipeConfig, client string, log *
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	return newLocker(coord, client, timing, TokenOption.Get(cfg.Options), log), nil
+	l := newLocker(coord, client, timing, TokenOption.Get(cfg.Options), log)
+	l.checked = cfg.Kind == CheckedKind
+	return l, nil
 }
 
 // newLocker is a Locker on the coordination.k8s.io client coord.
@@ -263,7 +270,7 @@ wait:
 				cancel()
 				return nil, fmt.Errorf("acquire %s: %w", key, err)
 			}
-			return &lease{l: l, le: le, key: key, token: token, leading: lctx, cancel: cancel, done: done}, nil
+			return &lease{l: l, le: le, key: key, id: id, token: token, leading: lctx, cancel: cancel, done: done}, nil
 		case <-ctx.Done():
 			break wait
 		}
@@ -303,7 +310,7 @@ func (l *Locker) campaign(key, id string) (*candidate, error) {
 		LeaseDuration:   l.timing.LeaseDuration,
 		RenewDeadline:   l.timing.RenewDeadline,
 		RetryPeriod:     l.timing.RetryPeriod,
-		ReleaseOnCancel: true,
+		ReleaseOnCancel: !l.checked,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(lctx context.Context) {
 				select {
@@ -346,6 +353,7 @@ type lease struct {
 	l       *Locker
 	le      *leaderelection.LeaderElector
 	key     string
+	id      string // the acquisition's identity
 	token   uint64
 	leading context.Context
 	cancel  context.CancelFunc
@@ -366,12 +374,20 @@ func (s *lease) Held(context.Context) (bool, error) { return s.believes(), nil }
 
 func (s *lease) believes() bool { return s.leading.Err() == nil && s.le.IsLeader() }
 
-// Release cancels the elector, which gives the Lease back
-// (ReleaseOnCancel: holder cleared, leaseDurationSeconds 1). It is
-// ErrNotOwner when the elector no longer believed it led (its renewals
-// failed for RenewDeadline, or the last Lease it read named another),
-// ErrUnavailable when the give-back was not written (it still believes
-// it leads).
+// Release cancels the elector and gives the Lease back. In the library's
+// way (ReleaseOnCancel) the elector writes the give-back (holder cleared,
+// leaseDurationSeconds 1) whenever its own last observation names it,
+// whoever the Lease names now: a leader that was paused past its
+// LeaseDuration and releases before its next renewal has read the Lease
+// clears the new leader's hold, and a third candidate takes the Lease while
+// the new leader still leads (docs/kubernetes.md). The checked way
+// (CheckedKind) gives it back only while the Lease still names this
+// acquisition: an update conditional on the resourceVersion it read.
+//
+// It is ErrNotOwner when the elector no longer believed it led (its
+// renewals failed for RenewDeadline, or the last Lease it read named
+// another) or, checked, when the Lease names another; ErrUnavailable when
+// the give-back was not written.
 func (s *lease) Release(ctx context.Context) error {
 	if s.released.Swap(true) {
 		return fmt.Errorf("release %s: released twice: %w", s.key, targets.ErrNotOwner)
@@ -389,10 +405,47 @@ func (s *lease) Release(ctx context.Context) error {
 	switch {
 	case s.lost.Load():
 		return fmt.Errorf("release %s: stopped leading before the release: %w", s.key, targets.ErrNotOwner)
+	case s.l.checked:
+		return s.giveBack(ctx)
 	case s.le.IsLeader():
 		return fmt.Errorf("release %s: the Lease was not given back: %w", s.key, targets.ErrUnavailable)
 	}
 	return nil
+}
+
+// giveBack clears the Lease's holder as the library's give-back does, but
+// only while the Lease names this acquisition: read it, and update that
+// version of it (a write in between is a conflict, and the Lease is read
+// again).
+func (s *lease) giveBack(ctx context.Context) error {
+	leases := s.l.coord.Leases(Namespace)
+	for {
+		cur, err := leases.Get(ctx, LeaseName(s.key), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return fmt.Errorf("release %s: the Lease is gone: %w", s.key, targets.ErrNotOwner)
+		}
+		if err != nil {
+			return fmt.Errorf("release %s: %w: %w", s.key, targets.ErrUnavailable, err)
+		}
+		if h := cur.Spec.HolderIdentity; h == nil || *h != s.id {
+			holder := ""
+			if h != nil {
+				holder = *h
+			}
+			return fmt.Errorf("release %s: the Lease names %q, not this acquisition: %w", s.key, holder, targets.ErrNotOwner)
+		}
+		now, one, none := metav1.NewMicroTime(time.Now()), int32(1), ""
+		cur.Spec.HolderIdentity, cur.Spec.LeaseDurationSeconds = &none, &one
+		cur.Spec.AcquireTime, cur.Spec.RenewTime = &now, &now
+		_, err = leases.Update(ctx, cur, metav1.UpdateOptions{})
+		switch {
+		case err == nil:
+			return nil
+		case apierrors.IsConflict(err):
+			continue
+		}
+		return fmt.Errorf("release %s: %w: %w", s.key, targets.ErrUnavailable, err)
+	}
 }
 
 // RenewFailures implements targets.RenewCounter: 1 when the elector

@@ -3,6 +3,7 @@ package kubernetes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -105,13 +106,20 @@ func fakeCoordination(t *testing.T) *fake.FakeCoordinationV1 {
 // busy, c1 gives it back (holder cleared), c2 leads (token 2: one
 // transition); c2's lease, once another candidate overwrote the Lease, is
 // no longer held in the library's belief once it renews, and its release is
-// refused.
+// refused. The same with the library's give-back and the checked one.
 func TestLockerOnLeases(t *testing.T) {
+	for _, checked := range []bool{false, true} {
+		t.Run(fmt.Sprint("checked=", checked), func(t *testing.T) { lockerOnLeases(t, checked) })
+	}
+}
+
+func lockerOnLeases(t *testing.T, checked bool) {
 	coord := fakeCoordination(t)
 	timing := Timing{LeaseDuration: 2 * time.Second, RenewDeadline: 1200 * time.Millisecond, RetryPeriod: 200 * time.Millisecond}
 	log := slog.New(slog.DiscardHandler)
 	c1 := newLocker(coord, "c1", timing, TokenTransitions, log)
 	c2 := newLocker(coord, "c2", timing, TokenTransitions, log)
+	c1.checked, c2.checked = checked, checked
 	ctx := context.Background()
 	acquire := func(l *Locker, d time.Duration) (targets.Lease, error) {
 		actx, cancel := context.WithTimeout(ctx, d)
@@ -300,6 +308,64 @@ func TestHungRequestsTimeOut(t *testing.T) {
 			}
 			if n := requests.Load(); n < tc.min || n > tc.max {
 				t.Errorf("%d requests in 2.5 s, want %d to %d", n, tc.min, tc.max)
+			}
+		})
+	}
+}
+
+// TestReleaseOfALeaseTakenMeanwhile: a leader whose Lease another
+// candidate took while it could not renew (paused past the LeaseDuration)
+// releases before its elector has read the Lease again. client-go's
+// give-back (ReleaseOnCancel) trusts the elector's last observation,
+// overwrites the new holder's Lease and reports success: a live lock given
+// away, the next candidate takes it at once. The checked give-back reads
+// the Lease, finds another holder, leaves it and answers not-owner.
+func TestReleaseOfALeaseTakenMeanwhile(t *testing.T) {
+	tests := []struct {
+		name       string
+		checked    bool
+		wantErr    error
+		wantHolder string
+	}{
+		{"library (ReleaseOnCancel)", false, nil, ""},
+		{"checked", true, targets.ErrNotOwner, "intruder"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			coord := fakeCoordination(t)
+			// A RetryPeriod far longer than the test: the elector does
+			// not renew (nor read the Lease) between the takeover and
+			// the release, as a leader that has just woken up.
+			timing := Timing{LeaseDuration: 20 * time.Second, RenewDeadline: 15 * time.Second, RetryPeriod: 10 * time.Second}
+			c1 := newLocker(coord, "c1", timing, TokenTransitions, slog.New(slog.DiscardHandler))
+			c1.checked = tt.checked
+			ctx := context.Background()
+			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			l1, err := c1.Acquire(actx, "k0")
+			cancel()
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := coord.Leases(Namespace).Get(ctx, LeaseName("k0"), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			other := "intruder"
+			got.Spec.HolderIdentity = &other
+			got.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+			if _, err := coord.Leases(Namespace).Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			err = l1.Release(ctx)
+			if tt.wantErr == nil && err != nil || tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Errorf("release: %v, want %v", err, tt.wantErr)
+			}
+			after, err := coord.Leases(Namespace).Get(ctx, LeaseName("k0"), metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h := after.Spec.HolderIdentity; h == nil || *h != tt.wantHolder {
+				t.Errorf("after the release the Lease names %v, want %q", h, tt.wantHolder)
 			}
 		})
 	}
