@@ -275,6 +275,9 @@ func (c Config) parseOptions(b targets.Backend, cl Client) (own, recipe option.S
 		own, recipe = option.Set(c.RecipeOptions).Only(b.Options), option.Set(c.RecipeOptions).Without(b.Options)
 	default:
 		own, recipe, err = b.ParseOptions(cl.Recipe, c.RecipeOptions)
+		if err == nil && cl.Recipe.Check != nil {
+			err = cl.Recipe.Check(c.LeaseTTL, recipe)
+		}
 	}
 	if err != nil {
 		return nil, nil, BadInput("--recipe-opt: %v", err)

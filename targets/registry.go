@@ -207,6 +207,10 @@ type Recipe struct {
 	Session bool
 	// Options are the recipe options it accepts (RecipeConfig.Options).
 	Options []Option
+	// Check, when set, checks the recipe's settings taken together and
+	// with the run's lease TTL (what each option's own declaration cannot
+	// see), before any container starts: an error is bad input.
+	Check func(ttl time.Duration, opts option.Set) error
 	// New makes a Locker for one client (a library in Go, in process).
 	New LockerFactory
 	// Adapter, set instead of New, is the command line of an adapter

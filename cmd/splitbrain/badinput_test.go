@@ -55,6 +55,11 @@ func TestRefusedBeforeDocker(t *testing.T) {
 		{"bypass client not a client name", []string{"run", "--bypass-clients", "holder"}, "results", `--bypass-clients: no client "holder"`},
 		{"bypass client past --concurrency", []string{"run", "--concurrency", "2", "--bypass-clients", "c3"}, "results", "this run has c1..c2"},
 		{"none beside a fault", []string{"run", "--nemesis", "none,pause"}, "results", "none stands alone"},
+		// Recipe settings that each pass their own declaration but not
+		// together (or with the TTL): refused before any container, not
+		// by the agents once the cluster is up (issue 36).
+		{"kubernetes lease-duration not whole seconds", []string{"run", "--target", "kubernetes", "--recipe-opt", "lease-duration=1500ms"}, "results", "--recipe-opt: lease-duration 1.5s: want whole seconds"},
+		{"kubernetes renew-deadline past lease-duration", []string{"run", "--target", "kubernetes", "--client", "kubernetes-checked", "--recipe-opt", "renew-deadline=3s"}, "results", "--recipe-opt: renew-deadline 3s: want less than lease-duration 2s"},
 		{"empty nemesis", []string{"run", "--nemesis", ""}, "results", "--nemesis: empty (want none, or a comma-separated list of clock, kill"},
 		{"empty nemesis item", []string{"run", "--nemesis", "pause,"}, "results", "has an empty item"},
 		{"nemesis twice", []string{"run", "--nemesis", "pause,pause"}, "results", "names pause twice"},

@@ -55,6 +55,10 @@ func init() {
 		Programs: []targets.Program{APIServerProgram},
 	})
 	options := option.Decls(LeaseDurationOption, RenewDeadlineOption, RetryPeriodOption, RequestTimeoutOption, TokenOption)
+	check := func(ttl time.Duration, opts option.Set) error {
+		_, err := TimingFor(ttl, opts)
+		return err
+	}
 	targets.RegisterRecipe(targets.Recipe{
 		Kind:     Name,
 		Backends: []string{Name},
@@ -69,6 +73,7 @@ func init() {
 		// leader's hold; TestReleaseOfALeaseTakenMeanwhile).
 		Fencing: true, CheckedRelease: false, Renews: true,
 		Options: options,
+		Check:   check,
 		New:     NewLocker,
 	})
 	targets.RegisterRecipe(targets.Recipe{
@@ -79,6 +84,7 @@ func init() {
 		Version:  targets.ModuleVersion(ClientLibrary),
 		Fencing:  true, CheckedRelease: true, Renews: true,
 		Options: options,
+		Check:   check,
 		New:     NewLocker,
 	})
 }
