@@ -240,7 +240,12 @@ func (j *Journal) Truncate(fd int, size int64) error {
 		j.keep(id, e, 0)
 		return nil
 	}
-	e.changed += max(fi.Size()-size, size-fi.Size())
+	// Only what is cut off counts: a file made longer (a program's
+	// preallocation by ftruncate, as etcd's spare WAL segment when
+	// fallocate is refused) gains no bytes the program wrote; its new
+	// size is undone all the same, and what is written there counts as
+	// written.
+	e.changed += max(fi.Size()-size, 0)
 	return nil
 }
 

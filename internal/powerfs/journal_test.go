@@ -30,17 +30,22 @@ func TestJournalRevert(t *testing.T) {
 		ops     []op
 		want    string // after Revert
 		files   int    // Stats.Files before it
+		// unsynced is Stats.Unsynced before it: the bytes written or
+		// cut off since the last sync (a file made longer gains none).
+		unsynced int64
 	}{
-		{name: "append lost", initial: "abc", ops: []op{w(3, "def")}, want: "abc", files: 1},
-		{name: "overwrite lost", initial: "abcdef", ops: []op{w(1, "XY"), w(2, "ZZZ")}, want: "abcdef", files: 1},
-		{name: "overwrite past the end", initial: "abc", ops: []op{w(2, "XYZW")}, want: "abc", files: 1},
+		{name: "append lost", initial: "abc", ops: []op{w(3, "def")}, want: "abc", files: 1, unsynced: 3},
+		{name: "overwrite lost", initial: "abcdef", ops: []op{w(1, "XY"), w(2, "ZZZ")}, want: "abcdef", files: 1, unsynced: 5},
+		{name: "overwrite past the end", initial: "abc", ops: []op{w(2, "XYZW")}, want: "abc", files: 1, unsynced: 4},
 		{name: "synced kept", initial: "abc", ops: []op{w(3, "def"), fsync()}, want: "abcdef"},
-		{name: "after sync lost", initial: "abc", ops: []op{w(3, "def"), fsync(), w(0, "Q"), w(6, "ghi")}, want: "abcdef", files: 1},
-		{name: "truncate lost", initial: "abcdef", ops: []op{tr(2)}, want: "abcdef", files: 1},
-		{name: "truncate then regrow", initial: "abcdef", ops: []op{tr(2), w(2, "XYZWVU"), w(8, "!")}, want: "abcdef", files: 1},
+		{name: "after sync lost", initial: "abc", ops: []op{w(3, "def"), fsync(), w(0, "Q"), w(6, "ghi")}, want: "abcdef", files: 1, unsynced: 4},
+		{name: "truncate lost", initial: "abcdef", ops: []op{tr(2)}, want: "abcdef", files: 1, unsynced: 4},
+		{name: "truncate then regrow", initial: "abcdef", ops: []op{tr(2), w(2, "XYZWVU"), w(8, "!")}, want: "abcdef", files: 1, unsynced: 11},
 		{name: "truncate up", initial: "ab", ops: []op{tr(10)}, want: "ab", files: 1},
-		{name: "new file empties", initial: "", ops: []op{w(0, "hello")}, want: "", files: 1},
-		{name: "truncate synced", initial: "abcdef", ops: []op{tr(2), fsync(), w(2, "Z")}, want: "ab", files: 1},
+		{name: "preallocated then written", initial: "ab", ops: []op{tr(64), w(2, "cd"), w(40, "e")}, want: "ab", files: 1, unsynced: 3},
+		{name: "truncate down then up", initial: "abcdef", ops: []op{tr(2), tr(10)}, want: "abcdef", files: 1, unsynced: 4},
+		{name: "new file empties", initial: "", ops: []op{w(0, "hello")}, want: "", files: 1, unsynced: 5},
+		{name: "truncate synced", initial: "abcdef", ops: []op{tr(2), fsync(), w(2, "Z")}, want: "ab", files: 1, unsynced: 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "f")
@@ -78,8 +83,8 @@ func TestJournalRevert(t *testing.T) {
 					}
 				}
 			}
-			if got := j.Stats().Files; got != tc.files {
-				t.Errorf("Stats().Files = %d before the revert, want %d", got, tc.files)
+			if got := j.Stats(); got.Files != tc.files || got.Unsynced != tc.unsynced {
+				t.Errorf("Stats() = %+v before the revert, want %d files, %d unsynced bytes", got, tc.files, tc.unsynced)
 			}
 			s, err := j.Revert()
 			if err != nil {
