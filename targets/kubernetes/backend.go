@@ -54,12 +54,7 @@ func init() {
 		},
 		Programs: []targets.Program{APIServerProgram},
 	})
-	options := option.Decls(LeaseDurationOption, RenewDeadlineOption, RetryPeriodOption, RequestTimeoutOption, TokenOption)
-	check := func(ttl time.Duration, opts option.Set) error {
-		_, err := TimingFor(ttl, opts)
-		return err
-	}
-	targets.RegisterRecipe(targets.Recipe{
+	library := targets.Recipe{
 		Kind:     Name,
 		Backends: []string{Name},
 		Title:    "client-go tools/leaderelection with a LeaseLock (Go, in process)",
@@ -72,21 +67,20 @@ func init() {
 		// its lease that releases before its next renewal clears the new
 		// leader's hold; TestReleaseOfALeaseTakenMeanwhile).
 		Fencing: true, CheckedRelease: false, Renews: true,
-		Options: options,
-		Check:   check,
-		New:     NewLocker,
-	})
-	targets.RegisterRecipe(targets.Recipe{
-		Kind:     CheckedKind,
-		Backends: []string{Name},
-		Title:    "client-go tools/leaderelection with a LeaseLock, given back only while the Lease names the holder (ReleaseOnCancel off; Go, in process)",
-		Library:  ClientLibrary + "/tools/leaderelection",
-		Version:  targets.ModuleVersion(ClientLibrary),
-		Fencing:  true, CheckedRelease: true, Renews: true,
-		Options: options,
-		Check:   check,
-		New:     NewLocker,
-	})
+		Options: option.Decls(LeaseDurationOption, RenewDeadlineOption, RetryPeriodOption, RequestTimeoutOption, TokenOption),
+		Check: func(ttl time.Duration, opts option.Set) error {
+			_, err := TimingFor(ttl, opts)
+			return err
+		},
+		New: NewLocker,
+	}
+	targets.RegisterRecipe(library)
+	// The same elector and options, given back by the recipe (NewLocker
+	// tells them apart by kind).
+	checked := library
+	checked.Kind, checked.CheckedRelease = CheckedKind, true
+	checked.Title = "client-go tools/leaderelection with a LeaseLock, given back only while the Lease names the holder (ReleaseOnCancel off; Go, in process)"
+	targets.RegisterRecipe(checked)
 }
 
 // CheckedKind is the recipe that runs the same elector with

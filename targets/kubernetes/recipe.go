@@ -427,11 +427,7 @@ func (s *lease) giveBack(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("release %s: %w: %w", s.key, targets.ErrUnavailable, err)
 		}
-		if h := cur.Spec.HolderIdentity; h == nil || *h != s.id {
-			holder := ""
-			if h != nil {
-				holder = *h
-			}
+		if holder := holderOf(cur); holder != s.id {
 			return fmt.Errorf("release %s: the Lease names %q, not this acquisition: %w", s.key, holder, targets.ErrNotOwner)
 		}
 		now, one, none := metav1.NewMicroTime(time.Now()), int32(1), ""
@@ -477,14 +473,19 @@ func (r *recorder) note(l *coordinationv1.Lease, err error, write bool) {
 	if err != nil || l == nil {
 		return
 	}
-	holder := ""
-	if l.Spec.HolderIdentity != nil {
-		holder = *l.Spec.HolderIdentity
-	}
+	holder := holderOf(l)
 	r.holder, r.seen = holder, true
 	if write && holder == r.id && r.acquired == nil {
 		r.acquired = l.DeepCopy()
 	}
+}
+
+// holderOf is the identity l names as its holder ("" for none).
+func holderOf(l *coordinationv1.Lease) string {
+	if l.Spec.HolderIdentity == nil {
+		return ""
+	}
+	return *l.Spec.HolderIdentity
 }
 
 // lastSeen is the holder the last Lease read or written named.

@@ -101,6 +101,22 @@ func fakeCoordination(t *testing.T) *fake.FakeCoordinationV1 {
 	return &fake.FakeCoordinationV1{Fake: f}
 }
 
+// takeOver writes k0's Lease as another candidate taking it would: holder
+// named, renewed now, behind the back of whoever held it.
+func takeOver(t *testing.T, coord *fake.FakeCoordinationV1, holder string) {
+	t.Helper()
+	ctx := context.Background()
+	got, err := coord.Leases(Namespace).Get(ctx, LeaseName("k0"), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Spec.HolderIdentity = &holder
+	got.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
+	if _, err := coord.Leases(Namespace).Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestLockerOnLeases follows the mapping onto the library through a
 // sequence on one Lease: c1 leads (token 1: the Lease created), c2 finds it
 // busy, c1 gives it back (holder cleared), c2 leads (token 2: one
@@ -160,16 +176,7 @@ func lockerOnLeases(t *testing.T, checked bool) {
 
 	// Another candidate writes the Lease behind c2's back: c2's next
 	// renewal reads it, and c2 stops leading within its RenewDeadline.
-	got, err = coord.Leases(Namespace).Get(ctx, LeaseName("k0"), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	other := "intruder"
-	got.Spec.HolderIdentity = &other
-	got.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-	if _, err := coord.Leases(Namespace).Update(ctx, got, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	takeOver(t, coord, "intruder")
 	deadline := time.Now().Add(timing.RenewDeadline + 2*time.Second)
 	for {
 		held, _ := l2.(*lease).Held(ctx)
@@ -346,16 +353,7 @@ func TestReleaseOfALeaseTakenMeanwhile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, err := coord.Leases(Namespace).Get(ctx, LeaseName("k0"), metav1.GetOptions{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			other := "intruder"
-			got.Spec.HolderIdentity = &other
-			got.Spec.RenewTime = &metav1.MicroTime{Time: time.Now()}
-			if _, err := coord.Leases(Namespace).Update(ctx, got, metav1.UpdateOptions{}); err != nil {
-				t.Fatal(err)
-			}
+			takeOver(t, coord, "intruder")
 			err = l1.Release(ctx)
 			if tt.wantErr == nil && err != nil || tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
 				t.Errorf("release: %v, want %v", err, tt.wantErr)
