@@ -7,30 +7,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/splitbrain/splitbrain/history"
+	"github.com/splitbrain/splitbrain/internal/testenv"
 )
-
-// syncBuffer is a bytes.Buffer safe for a drawing goroutine and a reader.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func TestProgressLine(t *testing.T) {
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -68,7 +50,7 @@ func TestProgressLine(t *testing.T) {
 }
 
 func TestProgressRedraw(t *testing.T) {
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	p := NewProgress(&out, 10*time.Second)
 	p.width = func() int { return 40 }
 	p.Observe(history.Event{Type: history.OK, F: history.FCriticalSection, ID: 1})
@@ -109,7 +91,7 @@ func TestProgressFollow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer hw.Close()
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	stop := Follow(context.Background(), &out, 5*time.Second, hw)
 	for i := range 3 {
 		id := int64(i + 1)

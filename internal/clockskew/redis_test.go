@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/splitbrain/splitbrain/internal/testenv"
 )
 
 // respConn is a minimal RESP client over loopback.
@@ -97,16 +99,6 @@ func (rc *respConn) redisTime() (time.Time, error) {
 	return time.Unix(sec, usec*1000), nil
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // TestShimRedis runs redis-server (jemalloc-linked, the case libfaketime
 // deadlocks on) under the shim and makes a key expire early.
 func TestShimRedis(t *testing.T) {
@@ -132,7 +124,7 @@ func TestShimRedis(t *testing.T) {
 	var cmd *exec.Cmd
 	var stderr strings.Builder
 	for attempt := 0; rc == nil; attempt++ {
-		port := freePort(t)
+		port := testenv.FreePorts(t, 1)[0]
 		cmd = exec.Command(server, "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
 			"--save", "", "--appendonly", "no", "--daemonize", "no", "--dir", t.TempDir(), "--logfile", "")
 		cmd.Env = append(os.Environ(), shimEnv(lib, ctl)...)

@@ -3,11 +3,10 @@
 package etcd
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"os/exec"
-	"sync"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -45,7 +44,7 @@ func localEtcd(t *testing.T) *etcdProc {
 		"--initial-cluster", "n1=http://"+peer,
 		"--unsafe-no-fsync",
 		"--log-level", "warn")
-	var out syncBuffer
+	var out testenv.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start etcd: %v", err)
@@ -102,28 +101,5 @@ func (p *etcdProc) Kill() {
 // freePort is a loopback address no one listened on a moment ago.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// syncBuffer is a bytes.Buffer written by a child process's two streams.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	return net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePorts(t, 1)[0]))
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/testenv"
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/runtime/memrt"
 	"github.com/splitbrain/splitbrain/targets"
@@ -48,25 +48,6 @@ func testLogger(tb testing.TB, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
-// freePorts returns n loopback ports that were free a moment ago.
-func freePorts(tb testing.TB, n int) []int {
-	tb.Helper()
-	var ports []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
-}
-
 // memCluster is the real lockd Target started on the in-memory runtime:
 // each node's program parses the command line the Target built and runs
 // server.Run with it, its addresses moved to loopback ports (memrt's
@@ -90,7 +71,7 @@ func startMem(t *testing.T, tg Target, opts targets.Options) *memCluster {
 	t.Helper()
 	log := testLogger(t, slog.LevelWarn)
 	size := tg.Size()
-	ports := freePorts(t, 2*size)
+	ports := testenv.FreePorts(t, 2*size)
 	m := &memCluster{ttl: opts.TTL, raft: map[string]string{}, http: map[string]string{}, args: map[string][]string{}}
 	for i := range size {
 		name := fmt.Sprintf("n%d", i+1)

@@ -3,40 +3,21 @@ package server
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/splitbrain/splitbrain/internal/testenv"
 	"github.com/splitbrain/splitbrain/targets/lockd/client"
 )
-
-// freePorts returns n loopback ports that were free a moment ago.
-func freePorts(tb testing.TB, n int) []int {
-	tb.Helper()
-	var ports []int
-	var lns []net.Listener
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
-}
 
 // TestRunOverTCP runs three nodes with Run, configured by ParseFlags, on
 // loopback TCP, takes a lock through the client, shuts the cluster down
 // through its contexts and restarts it on the same data dirs.
 func TestRunOverTCP(t *testing.T) {
 	log := testLogger(t)
-	ports := freePorts(t, 6)
+	ports := testenv.FreePorts(t, 6)
 	var peers, urls []string
 	for i := range 3 {
 		peers = append(peers, fmt.Sprintf("n%d=127.0.0.1:%d", i+1, ports[i]))
