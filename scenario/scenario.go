@@ -111,6 +111,12 @@ type Expect struct {
 	// Classified requires every failed acquisition to say busy or
 	// unavailable (none left as an unknown outcome or another error).
 	Classified bool `json:"classified,omitempty"`
+	// Or, when set, is a second outcome that meets the expectation too:
+	// the run matches when it shows e's own fields or all of Or's. For a
+	// known-bad configuration whose fault can show in two ways, each of
+	// them a finding (tokens given again, or the service gone for good),
+	// so that only a run showing neither passes silently.
+	Or *Expect `json:"or,omitempty"`
 }
 
 // On is e for a run on backend b: with StartUp, MaxStall allows b's
@@ -119,6 +125,10 @@ func (e Expect) On(b targets.Backend) Expect {
 	if e.StartUp && e.MaxStall > 0 {
 		e.MaxStall += b.StartUp
 	}
+	if e.Or != nil {
+		or := e.Or.On(b)
+		e.Or = &or
+	}
 	return e
 }
 
@@ -126,8 +136,23 @@ func count(n int) *int { return &n }
 
 func verdict(v checkers.Verdict) *checkers.Verdict { return &v }
 
-// Mismatches lists every way r differs from e (empty: as expected).
+// Mismatches lists every way r differs from e (empty: as expected). With
+// Or, a run that meets Or matches; one that meets neither gets e's own
+// mismatches and, last, one line with Or's.
 func (e Expect) Mismatches(r *harness.Results) []string {
+	out := e.mismatches(r)
+	if len(out) == 0 || e.Or == nil {
+		return out
+	}
+	alt := e.Or.Mismatches(r)
+	if len(alt) == 0 {
+		return nil
+	}
+	return append(out, "nor the other outcome expected: "+strings.Join(alt, "; "))
+}
+
+// mismatches is Mismatches of e's own fields, Or aside.
+func (e Expect) mismatches(r *harness.Results) []string {
 	var out []string
 	bad := func(format string, args ...any) { out = append(out, fmt.Sprintf(format, args...)) }
 	if e.Valid != nil && r.Valid != *e.Valid {

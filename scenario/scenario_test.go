@@ -162,6 +162,12 @@ func TestExpectOn(t *testing.T) {
 	if s, _ := Lookup("correct-pattern"); s.Expect.MaxStall != 15*time.Second {
 		t.Errorf("On changed the catalogue's expectation: %v", s.Expect.MaxStall)
 	}
+	// The other outcome (Or) gets the same allowance, and a copy.
+	kube, _ := targets.Lookup("kubernetes")
+	e := Expect{Or: &Expect{MaxStall: 10 * time.Second, StartUp: true}}
+	if got := e.On(kube).Or.MaxStall; got != 20*time.Second || e.Or.MaxStall != 10*time.Second {
+		t.Errorf("Or's stall bound on kubernetes %v (the original's now %v), want 20s (10s)", got, e.Or.MaxStall)
+	}
 }
 
 func TestLoadSetRefusesBadSets(t *testing.T) {
@@ -217,6 +223,9 @@ func withMetrics(r *harness.Results, m harness.RunMetrics) *harness.Results {
 }
 
 func TestMismatches(t *testing.T) {
+	// token-across-power-loss-unsynced's shape: tokens given again, or
+	// the key stalled to the end for 10 s at least.
+	lostOrStalled := Expect{Lock: verdict(checkers.Invalid), Or: &Expect{StallToEnd: true, MinStall: 10 * time.Second}}
 	tests := []struct {
 		name   string
 		e      Expect
@@ -232,6 +241,10 @@ func TestMismatches(t *testing.T) {
 		{"stuck for a minute is a finding", Expect{Valid: verdict(checkers.Valid), MaxStall: 15 * time.Second}, results(checkers.Valid, 0, 0, nil, time.Minute), 1},
 		{"lock broke its promise", Expect{Valid: verdict(checkers.Valid), Lock: verdict(checkers.Valid)}, withLock(results(checkers.Invalid, 0, 0, nil, 0), checkers.Invalid), 2},
 		{"token reset expected", Expect{Lock: verdict(checkers.Invalid), Data: verdict(checkers.Valid)}, withLock(results(checkers.Invalid, 0, 0, nil, 0), checkers.Invalid), 0},
+		{"either outcome: tokens given again", lostOrStalled, withLock(results(checkers.Invalid, 0, 0, nil, 0), checkers.Invalid), 0},
+		{"either outcome: the service lost", lostOrStalled, withLock(results(checkers.Valid, 0, 0, []string{"k0"}, 14*time.Second), checkers.Valid), 0},
+		{"neither outcome: a short stall to the end is not the service lost", lostOrStalled, withLock(results(checkers.Valid, 0, 0, []string{"k0"}, 3*time.Second), checkers.Valid), 2},
+		{"neither outcome: a silent pass", lostOrStalled, withLock(results(checkers.Valid, 0, 0, nil, 0), checkers.Valid), 2},
 		{"busy and unavailable bounded", Expect{MaxUnavailable: count(0), MaxBusy: count(1), Classified: true}, withMetrics(results(checkers.Valid, 0, 0, nil, 0), harness.RunMetrics{Busy: 2, Unavailable: 1, Unclassified: 3}), 3},
 	}
 	for _, tt := range tests {
@@ -243,6 +256,13 @@ func TestMismatches(t *testing.T) {
 	}
 	if got := (Expect{}).Mismatches(&harness.Results{}); len(got) != 1 {
 		t.Fatalf("a run without checkers passes: %q", got)
+	}
+	// A run meeting neither outcome names what each missed, the other's
+	// in one last line.
+	got := lostOrStalled.Mismatches(withLock(results(checkers.Valid, 0, 0, nil, 0), checkers.Valid))
+	if len(got) != 2 || !strings.Contains(got[0], "lock verdict valid") ||
+		!strings.HasPrefix(got[1], "nor the other outcome expected: ") || !strings.Contains(got[1], "every key recovered") || !strings.Contains(got[1], "longest stall 0s, expected at least 10s") {
+		t.Fatalf("mismatches of neither outcome: %q", got)
 	}
 }
 

@@ -110,7 +110,8 @@ func describe(e scenario.Expect) string {
 	add(e.MinEarlyOverlaps > 0, "live lock given away")
 	add(e.NoEarlyOverlaps, "no live lock given away")
 	add(e.MinLateRejected > 0, "late write refused")
-	add(e.StallToEnd, "stall to the end")
+	add(e.StallToEnd && e.MinStall == 0, "stall to the end")
+	add(e.StallToEnd && e.MinStall > 0, fmt.Sprintf("stall to the end, ≥ %v", e.MinStall))
 	add(e.MinStall > 0 && !e.StallToEnd, fmt.Sprintf("stall ≥ %v", e.MinStall))
 	add(e.Recovers, "recovers")
 	add(e.MinBusy > 0, "busy counted")
@@ -121,7 +122,11 @@ func describe(e scenario.Expect) string {
 	add(e.MaxStall > 0 && e.StartUp, fmt.Sprintf("stall ≤ %v per key (plus a killed node's start-up where a backend declares one)", e.MaxStall))
 	add(e.MaxUnavailable != nil && *e.MaxUnavailable == 0, "never unavailable")
 	add(e.Classified, "failures classified")
-	return strings.Join(parts, ", ")
+	out := strings.Join(parts, ", ")
+	if e.Or != nil {
+		out += "; or " + describe(*e.Or)
+	}
+	return out
 }
 
 func verdictOf(v *checkers.Verdict) string {
