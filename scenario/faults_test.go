@@ -8,6 +8,7 @@ import (
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/nemesis/clock"
 	"github.com/splitbrain/splitbrain/nemesis/packet"
+	"github.com/splitbrain/splitbrain/nemesis/powerloss"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
@@ -63,6 +64,18 @@ func TestFaultSettings(t *testing.T) {
 		if cs.Modes.String() != clock.ModeDrift || cs.Count != 3 || cs.MinRate != cs.MaxRate || cs.MinRate <= 1 || cs.Direction != clock.DirForward ||
 			c.LeaseTTL != 2*time.Second || c.Work >= c.LeaseTTL*99/100 {
 			t.Fatalf("clock settings %+v, TTL %v, work %v", cs, c.LeaseTTL, c.Work)
+		}
+	})
+	t.Run("power loss of every member, both settings", func(t *testing.T) {
+		// The same cut in the durable cell and the unsynced one: all the
+		// members at once, so that no member left standing gives back
+		// what the others lost.
+		for _, name := range []string{"token-across-power-loss", "token-across-power-loss-unsynced"} {
+			c := apply(name)
+			p := nemesis.SpecOf[*powerloss.Spec](c.Faults)
+			if c.Nemesis != powerloss.Name || p.Targets.String() != (nemesis.Weights{powerloss.GroupAll: 1}).String() {
+				t.Errorf("%s: nemesis %q, power-loss targets %v", name, c.Nemesis, p.Targets)
+			}
 		}
 	})
 	// Every entry applies without a panic (a setting the fault does not

@@ -429,16 +429,18 @@ func killService(c *harness.Config, b targets.Backend) {
 
 // powerLoss sets c's power-loss runs: the fenced counter on one key while
 // the lock service loses power, a second or two at a time, about every
-// three seconds. A single node loses it alone; a replicated service a
-// quorum of its members at once, the least that can lose an entry a
-// majority acknowledged (one member catches up from the others).
-func powerLoss(c *harness.Config, b targets.Backend) {
+// three seconds: all its nodes at once (a data centre's power cut; on a
+// single server, its one node). A replicated service loses an entry only
+// when every member that held it loses it: under a cut of a quorum the
+// member left standing may hold what the others lost (lockd without sync
+// lost up to 3 MiB of log at each quorum cut and gave no token twice in
+// 10 runs of 10: docs/power-loss.md), so the unsynced setting could pass
+// for a reason other than its disk. Both settings get the same cut, so
+// that the setting is the one difference between the two cells; the
+// durable one must keep its tokens through the harder cut.
+func powerLoss(c *harness.Config, _ targets.Backend) {
 	c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.FencedCounter, faultPowerLoss, 1, 3
-	cut := "node=1"
-	if b.Size > 1 {
-		cut = "quorum=1"
-	}
-	setFault(c, faultPowerLoss, map[string]string{"power-loss-targets": cut})
+	setFault(c, faultPowerLoss, map[string]string{"power-loss-targets": "all=1"})
 	c.FaultMin, c.FaultMax, c.NemesisInterval = time.Second, 2*time.Second, 3*time.Second
 }
 
@@ -893,7 +895,7 @@ func Catalogue() []Scenario {
 		},
 		{
 			Name: "token-across-power-loss", AntiPattern: 0, Needs: []Need{Fencing, KeepsGrants, PowerCut},
-			Title: "fencing tokens keep rising while the lock service loses power (a quorum of its members at once, when it has several) and loses what it had not fsynced",
+			Title: "fencing tokens keep rising while the lock service loses power (all its members at once, when it has several) and loses what it had not fsynced",
 			Apply: func(c *harness.Config, b targets.Backend) {
 				powerLoss(c, b)
 				durable(c, b)
