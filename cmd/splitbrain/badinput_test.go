@@ -60,6 +60,8 @@ func TestRefusedBeforeDocker(t *testing.T) {
 		// by the agents once the cluster is up (issue 36).
 		{"kubernetes lease-duration not whole seconds", []string{"run", "--target", "kubernetes", "--recipe-opt", "lease-duration=1500ms"}, "results", "--recipe-opt: lease-duration 1.5s: want whole seconds"},
 		{"kubernetes renew-deadline past lease-duration", []string{"run", "--target", "kubernetes", "--client", "kubernetes-checked", "--recipe-opt", "renew-deadline=3s"}, "results", "--recipe-opt: renew-deadline 3s: want less than lease-duration 2s"},
+		{"controller-runtime retry-period too long", []string{"run", "--target", "kubernetes", "--client", "controller-runtime", "--recipe-opt", "retry-period=1500ms"}, "results", "--recipe-opt: retry-period 1.5s: want more than 0 and renew-deadline"},
+		{"controller-runtime release-on-cancel misspelt", []string{"run", "--target", "kubernetes", "--client", "controller-runtime", "--recipe-opt", "release-on-cancel=yes"}, "results", "release-on-cancel"},
 		{"empty nemesis", []string{"run", "--nemesis", ""}, "results", "--nemesis: empty (want none, or a comma-separated list of clock, kill"},
 		{"empty nemesis item", []string{"run", "--nemesis", "pause,"}, "results", "has an empty item"},
 		{"nemesis twice", []string{"run", "--nemesis", "pause,pause"}, "results", "names pause twice"},

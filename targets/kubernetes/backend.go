@@ -81,6 +81,7 @@ func init() {
 	checked.Kind, checked.CheckedRelease = CheckedKind, true
 	checked.Title = "client-go tools/leaderelection with a LeaseLock, given back only while the Lease names the holder (ReleaseOnCancel off; Go, in process)"
 	targets.RegisterRecipe(checked)
+	targets.RegisterRecipe(managerRecipe())
 }
 
 // CheckedKind is the recipe that runs the same elector with

@@ -1,9 +1,10 @@
 // Package kubernetes is the kubernetes target: the Kubernetes API server
 // (kube-apiserver, built from a pinned k8s.io/kubernetes release) on an
-// etcd cluster (the etcd backend's pinned release), and its lock recipe:
+// etcd cluster (the etcd backend's pinned release), and its lock recipes:
 // client-go's leader election (tools/leaderelection) on a
 // coordination.k8s.io Lease, the lock behind every Kubernetes controller's
-// leader election.
+// leader election, given back by the library or owner-checked, and
+// controller-runtime's manager leader election on top of it.
 //
 // The etcd members (e1..e3) and the API servers (a1, or a1..a3 with
 // apiservers=3) are nodes of their own, so that faults reach either; the
