@@ -16,19 +16,34 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
-	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	ctrlelection "sigs.k8s.io/controller-runtime/pkg/leaderelection"
+	ctrlrecorder "sigs.k8s.io/controller-runtime/pkg/recorder"
 
 	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/targets"
 )
 
 // ManagerKind is the recipe whose lock is controller-runtime's manager
-// leader election: each acquisition starts a manager.Manager with
-// LeaderElection on a Lease, as an operator's replica does when it starts.
+// leader election, as an operator's replica runs it when it starts: each
+// acquisition makes the resource lock controller-runtime's manager makes
+// (pkg/leaderelection.NewResourceLock: a Lease, an identity of host name
+// and a UUID, a client whose timeout is max(1 s, RenewDeadline/2)) and
+// runs client-go's elector on it with the configuration and callbacks
+// pkg/manager gives it (Elected on OnStartedLeading, "leader election
+// lost" on OnStoppedLeading, LeaderElectionReleaseOnCancel, a new elector
+// per start).
+//
+// Not pkg/manager itself: it imports k8s.io/apiextensions-apiserver,
+// whose requirements move the whole build to etcd's v3.7 client (which
+// splitbrain builds in a module of its own, the etcd-v3.7 recipe) unless
+// go.mod replaces them, and `go install …@VERSION` refuses a module with
+// replace directives. What pkg/manager adds before the election — HTTP
+// servers, webhooks, caches, runnables — does not touch the Lease.
 const ManagerKind = "controller-runtime"
 
 // ManagerLibrary is the module of controller-runtime.
@@ -41,21 +56,16 @@ var ReleaseOnCancelOption = option.Enum("release-on-cancel",
 	"the manager's LeaderElectionReleaseOnCancel: false (controller-runtime's default: a stopped manager leaves the Lease to expire) or true (it gives the Lease back when stopped, by client-go's give-back, which is not owner-checked)",
 	"false", "true")
 
-// ctrlLogOnce routes controller-runtime's global logger (which prints a
-// warning with a stack trace when it is never set) to the first
-// ManagerLocker's logger.
-var ctrlLogOnce sync.Once
-
 // ManagerLocker is the controller-runtime recipe for one client: each
-// Acquire makes and starts a manager.Manager with leader election on the
-// key's Lease (LeaderElectionResourceLock "leases") and waits until it is
-// elected (Elected() closed); Release stops it (cancels its context).
-// controller-runtime makes the LeaseLock itself, under an identity of its
-// own (host name and a UUID) and with its own request timeout (half the
-// RenewDeadline, at least 1 s); the recipe gives it the REST
-// configuration, whose transport shows the recipe each Lease the manager
-// reads and writes (the fencing token is read from the one its
-// acquisition wrote, as the client-go recipe reads it).
+// Acquire starts a manager's leader election on the key's Lease
+// (LeaderElectionResourceLock "leases") and waits until it is elected;
+// Release stops it (cancels its context). controller-runtime makes the
+// LeaseLock itself, under an identity of its own (host name and a UUID)
+// and with its own request timeout (half the RenewDeadline, at least
+// 1 s); the recipe gives it the REST configuration, whose transport shows
+// the recipe each Lease the election reads and writes (the fencing token
+// is read from the one its acquisition wrote, as the client-go recipe
+// reads it).
 //
 // A manager runs once, so every acquisition starts a new one: a candidate
 // judges a holder's lease expired by how long it has seen the Lease
@@ -101,7 +111,6 @@ func NewManagerLocker(_ context.Context, cfg targets.RecipeConfig, client string
 		log = slog.New(slog.DiscardHandler)
 	}
 	klogOnce.Do(func() { klog.SetLogger(logr.FromSlogHandler(log.Handler())) })
-	ctrlLogOnce.Do(func() { ctrllog.SetLogger(logr.FromSlogHandler(log.Handler())) })
 	return newManagerLocker(RESTConfig(ep, client, 0), client, timing, TokenOption.Get(cfg.Options),
 		ReleaseOnCancelOption.Get(cfg.Options) == "true", log), nil
 }
@@ -112,41 +121,64 @@ func newManagerLocker(config *rest.Config, client string, timing Timing, token s
 		releaseOnCancel: releaseOnCancel, log: log, live: map[*managerLease]bool{}}
 }
 
-// newManager is a manager electing a leader on key's Lease, its requests
-// recorded by rec: no metrics, health or profiling listeners (every
-// client runs its own managers in one process), controller-runtime's
-// defaults otherwise.
-func (l *ManagerLocker) newManager(key string, rec *recorder) (manager.Manager, error) {
+// eventRecorders is the events the manager's leader election would
+// send to the API server (its lock's "became leader"), dropped: they do
+// not touch the Lease.
+type eventRecorders struct{}
+
+func (eventRecorders) GetEventRecorderFor(string) record.EventRecorder {
+	return &record.FakeRecorder{}
+}
+
+func (eventRecorders) GetEventRecorder(string) ctrlrecorder.EventRecorder {
+	return &events.FakeRecorder{}
+}
+
+// newElector is a manager's leader election on key's Lease, its requests
+// recorded by rec: the lock controller-runtime makes, client-go's elector
+// configured as pkg/manager configures it, elected closed when it leads.
+func (l *ManagerLocker) newElector(key string, rec *recorder, elected chan<- struct{}) (*leaderelection.LeaderElector, error) {
 	cfg := rest.CopyConfig(l.config)
 	leases := "/apis/coordination.k8s.io/v1/namespaces/" + Namespace + "/leases"
 	cfg.WrapTransport = func(rt http.RoundTripper) http.RoundTripper {
 		return leaseWatcher{next: rt, rec: rec, leases: leases, name: LeaseName(key)}
 	}
-	return manager.New(cfg, manager.Options{
-		LeaderElection:                true,
-		LeaderElectionResourceLock:    resourcelock.LeasesResourceLock,
-		LeaderElectionNamespace:       Namespace,
-		LeaderElectionID:              LeaseName(key),
-		LeaderElectionReleaseOnCancel: l.releaseOnCancel,
-		LeaseDuration:                 &l.timing.LeaseDuration,
-		RenewDeadline:                 &l.timing.RenewDeadline,
-		RetryPeriod:                   &l.timing.RetryPeriod,
-		Metrics:                       metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress:        "0",
-		PprofBindAddress:              "0",
-		Logger:                        logr.FromSlogHandler(l.log.Handler()).WithValues("client", l.client, "key", key),
+	lock, err := ctrlelection.NewResourceLock(cfg, eventRecorders{}, ctrlelection.Options{
+		LeaderElection:             true,
+		LeaderElectionResourceLock: resourcelock.LeasesResourceLock,
+		LeaderElectionNamespace:    Namespace,
+		LeaderElectionID:           LeaseName(key),
+		RenewDeadline:              l.timing.RenewDeadline,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:          lock,
+		LeaseDuration: l.timing.LeaseDuration,
+		RenewDeadline: l.timing.RenewDeadline,
+		RetryPeriod:   l.timing.RetryPeriod,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(context.Context) { close(elected) },
+			// The manager's Start returns "leader election lost"; the
+			// elector's Run returning ends this one's hold the same way.
+			OnStoppedLeading: func() {},
+		},
+		ReleaseOnCancel: l.releaseOnCancel,
+		Name:            LeaseName(key),
 	})
 }
 
-// Acquire implements targets.Locker: it starts a manager for key and
-// waits until it is elected or ctx is done. Given up, the manager is
-// stopped; the answer is busy when the last Lease it read named another
+// Acquire implements targets.Locker: it starts a manager's election for
+// key and waits until it is elected or ctx is done. Given up, the election
+// is stopped; the answer is busy when the last Lease it read named another
 // holder.
 func (l *ManagerLocker) Acquire(ctx context.Context, key string) (targets.Lease, error) {
 	rec := &recorder{} // controller-runtime names the candidate: learnt from its first write
-	mgr, err := l.newManager(key, rec)
+	elected := make(chan struct{})
+	le, err := l.newElector(key, rec, elected)
 	if err != nil {
-		return nil, fmt.Errorf("acquire %s: manager: %w", key, err)
+		return nil, fmt.Errorf("acquire %s: leader election: %w", key, err)
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
 	s := &managerLease{l: l, key: key, cancel: cancel, done: make(chan struct{})}
@@ -154,12 +186,14 @@ func (l *ManagerLocker) Acquire(ctx context.Context, key string) (targets.Lease,
 	go func() {
 		defer close(s.done)
 		defer l.track(s, false)
-		if err := mgr.Start(runCtx); err != nil {
+		le.Run(runCtx)
+		if runCtx.Err() == nil {
+			err := errors.New("leader election lost")
 			s.err.Store(&err)
 		}
 	}()
 	select {
-	case <-mgr.Elected():
+	case <-elected:
 		token, err := rec.token(l.token)
 		if err != nil {
 			cancel()
@@ -171,7 +205,7 @@ func (l *ManagerLocker) Acquire(ctx context.Context, key string) (targets.Lease,
 		return s, nil
 	case <-s.done:
 		cancel()
-		return nil, fmt.Errorf("acquire %s: %w: the manager stopped: %w", key, targets.ErrUnavailable, s.startErr())
+		return nil, fmt.Errorf("acquire %s: %w: the election stopped: %w", key, targets.ErrUnavailable, s.startErr())
 	case <-ctx.Done():
 	}
 	cancel()
@@ -223,7 +257,7 @@ type managerLease struct {
 	token  uint64
 	rec    *recorder
 	cancel context.CancelFunc
-	done   chan struct{} // closed when the manager's Start returned
+	done   chan struct{} // closed when the election's Run returned
 	err    atomic.Pointer[error]
 	// released: Release has begun; lost: the manager had stopped
 	// leading by then.
@@ -234,7 +268,7 @@ var _ targets.RenewCounter = (*managerLease)(nil)
 
 func (s *managerLease) Token() uint64 { return s.token }
 
-// startErr is what the manager's Start returned.
+// startErr is why the election ended ("leader election lost": it stopped leading unasked).
 func (s *managerLease) startErr() error {
 	if p := s.err.Load(); p != nil {
 		return *p
@@ -242,10 +276,10 @@ func (s *managerLease) startErr() error {
 	return errors.New("no error")
 }
 
-// Held is the manager's own belief: it still runs as the elected leader.
-// A manager that stops leading (its renewals failed for RenewDeadline, or
-// the Lease named another) ends ("leader election lost"), as the operator
-// process whose Start returns does.
+// Held is the manager's own belief: its election still runs as the
+// leader. An election that stops leading (its renewals failed for
+// RenewDeadline, or the Lease named another) ends ("leader election
+// lost"), as the operator process whose manager's Start returns does.
 func (s *managerLease) Held(context.Context) (bool, error) { return s.running(), nil }
 
 func (s *managerLease) running() bool {
@@ -257,8 +291,8 @@ func (s *managerLease) running() bool {
 	}
 }
 
-// Release stops the manager (cancels its context) and waits until its
-// Start returns. With LeaderElectionReleaseOnCancel off (the default) the
+// Release stops the manager's election (cancels its context) and waits
+// until its Run returns. With LeaderElectionReleaseOnCancel off (the default) the
 // Lease is left to expire; with it on, client-go's give-back clears the
 // holder whenever the elector's own last observation names it, whoever
 // the Lease names now (docs/kubernetes.md).
@@ -363,8 +397,8 @@ func managerRecipe() targets.Recipe {
 	return targets.Recipe{
 		Kind:     ManagerKind,
 		Backends: []string{Name},
-		Title:    "controller-runtime's manager leader election on a Lease (client-go underneath; Go, in process)",
-		Library:  ManagerLibrary + "/pkg/manager",
+		Title:    "controller-runtime's manager leader election on a Lease: its resource lock, run by client-go's elector as pkg/manager runs it (Go, in process)",
+		Library:  ManagerLibrary + "/pkg/leaderelection",
 		Version:  targets.ModuleVersion(ManagerLibrary),
 		// The token is read from the Lease the acquisition wrote. By
 		// default (release-on-cancel=false) a release writes nothing; with
