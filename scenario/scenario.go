@@ -904,16 +904,24 @@ func Catalogue() []Scenario {
 		},
 		{
 			Name: "token-across-power-loss-unsynced", AntiPattern: 0, Needs: []Need{Fencing, KeepsGrants, PowerCut, Unsynced},
-			Title: "the same power losses with the lock service's durability switch off (targets.Backend.UnsyncedWith: it acknowledges grants before they are fsynced): tokens the cut took are given again",
+			Title: "the same power losses with the lock service's durability switch off (targets.Backend.UnsyncedWith: it acknowledges grants before they are fsynced): tokens the cut took are given again, or the service never serves again (the cut took what it needs to start)",
 			Apply: func(c *harness.Config, b targets.Backend) {
 				powerLoss(c, b)
 				c.RecipeOptions = maps.Clone(b.UnsyncedWith)
 			},
-			// Not forced: a cut loses a token only when it falls where a
-			// grant was acknowledged and not yet synced (and, with
-			// several members, when the members that lost it elect a
-			// leader among themselves). docs/durability.md has the rates.
-			Expect: Expect{Lock: verdict(checkers.Invalid)},
+			// Either outcome is the setting's finding, never a silent
+			// pass: tokens given again (Redis aof-everysec, 9 of 10), or
+			// the service gone for the rest of the run (the key stalled
+			// to the end, 10 s at least) because the cut took what it
+			// needs to start — PostgreSQL fsync=off's postmaster.pid
+			// ("lock file is empty"), ZooKeeper's first snapshot, etcd
+			// unsafe-no-fsync's whole log and backend. Not forced: a cut
+			// must land after an unsynced grant. At this fault rate a
+			// durable service may also stall to the end (slow restarts,
+			// ZooKeeper's unsynced first snapshot): the stall says the
+			// run showed a failure, the nodes' logs say whose.
+			// docs/power-loss.md has the rates and the logs.
+			Expect: Expect{Lock: verdict(checkers.Invalid), Or: &Expect{StallToEnd: true, MinStall: 10 * time.Second}},
 		},
 		{
 			Name: "late-writer-drill", EndAfterRounds: 3, AntiPattern: 0, Needs: []Need{Fencing}, Drill: true,

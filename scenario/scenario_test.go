@@ -410,3 +410,30 @@ func TestCorrectPatternNeedsACheckedRelease(t *testing.T) {
 		t.Errorf("correct-pattern on kubernetes runs with %v, want [kubernetes-checked]", got)
 	}
 }
+
+// TestPowerLossUnsyncedExpect: the unsynced power-loss cell is met by
+// either finding measured (docs/power-loss.md, 2026-12-05): tokens given
+// again (lockd raft-sync=off, Redis aof-everysec) or the service gone for
+// the rest of the run (PostgreSQL fsync=off, etcd unsafe-no-fsync: the key
+// stalled 16–26 s to the end); a run that granted on, tokens in order, is
+// the silent pass it must not accept.
+func TestPowerLossUnsyncedExpect(t *testing.T) {
+	s, err := Lookup("token-across-power-loss-unsynced")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		r    *harness.Results
+		ok   bool
+	}{
+		{"tokens given again", withLock(results(checkers.Invalid, 0, 0, nil, 10*time.Second), checkers.Invalid), true},
+		{"never served again", withLock(results(checkers.Valid, 0, 0, []string{"k0"}, 18*time.Second), checkers.Valid), true},
+		{"granted on, tokens in order", withLock(results(checkers.Valid, 0, 0, nil, 13*time.Second), checkers.Valid), false},
+		{"a restart cut short at the end", withLock(results(checkers.Valid, 0, 0, []string{"k0"}, 4*time.Second), checkers.Valid), false},
+	} {
+		if got := s.Expect.Mismatches(tc.r); (len(got) == 0) != tc.ok {
+			t.Errorf("%s: mismatches %q, want a pass %v", tc.name, got, tc.ok)
+		}
+	}
+}

@@ -8,7 +8,7 @@ import (
 	"github.com/splitbrain/splitbrain/scenario"
 )
 
-// TestDescribeExpect: matrix --list words an expectation with another
+// TestDescribeExpect: splitbrain scenarios words an expectation with another
 // outcome (Expect.Or) after its own, so that neither is read as required,
 // and a stall to the end with its lower bound.
 func TestDescribeExpect(t *testing.T) {
