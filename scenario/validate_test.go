@@ -144,7 +144,11 @@ func TestChecklistItems(t *testing.T) {
 		// Watchdog renewal: a holder cut off from the service.
 		{"watchdog: nobody cut off", qWatchdog, leaderShape, []Row{run("late-writer-drill", nil)}, NotTested, "cut a holder off"},
 		{"watchdog: renewals failed while cut off", qWatchdog, leaderShape, []Row{run("late-writer-drill", func(r *Row) { r.Partitions, r.RenewFailures = 3, 2 })}, Pass, "2 renewals failed"},
-		{"watchdog: no renewal failed", qWatchdog, leaderShape, []Row{run("late-writer-drill", func(r *Row) { r.Partitions = 3 })}, Fail, "does not renew"},
+		{"watchdog: cut off past the lease, no renewal failed", qWatchdog, leaderShape, []Row{run("late-writer-drill", func(r *Row) { r.Partitions, r.Overlaps, r.LateRejected = 3, 2, 2 })}, Fail, "does not renew"},
+		{"watchdog: a late write refused, no renewal failed", qWatchdog, leaderShape, []Row{run("late-writer-drill", func(r *Row) { r.Partitions, r.LateRejected = 3, 1 })}, Fail, "1 holds outlived their lease"},
+		// Partitions between holds: a renewing recipe (kubernetes-checked,
+		// 2026-12-05) whose drill cut nobody off mid-hold is not a fixed TTL.
+		{"watchdog: partitions, but no hold cut off", qWatchdog, leaderShape, []Row{run("late-writer-drill", func(r *Row) { r.Partitions = 3 })}, NotTested, "partitions fell between holds"},
 		// Consensus: members cut off or killed.
 		{"consensus: no member fault", qConsensus, leaderShape, []Row{run("correct-pattern", func(r *Row) { r.ClientPauses = 3 })}, NotTested, "partitioned or killed lock-service members"},
 		{"consensus: correct under partitions", qConsensus, leaderShape, []Row{run("correct-pattern", func(r *Row) { r.Partitions = 2 })}, Pass, "2 partitions"},
@@ -219,7 +223,7 @@ func TestChecklistNoRuns(t *testing.T) {
 func TestWriteChecklist(t *testing.T) {
 	rows := []Row{
 		run("correct-pattern", func(r *Row) { r.Faults, r.ClientPauses, r.Rejections = 3, 2, 4 }),
-		run("late-writer-drill", func(r *Row) { r.Faults, r.Partitions, r.HoldP99 = 2, 2, time.Second }),
+		run("late-writer-drill", func(r *Row) { r.Faults, r.Partitions, r.LateRejected, r.HoldP99 = 2, 2, 1, time.Second }),
 	}
 	items := Checklist(singleShape, &Matrix{Rows: rows})
 	var b bytes.Buffer
