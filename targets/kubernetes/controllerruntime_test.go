@@ -132,11 +132,7 @@ func TestManagerLockerOnLeases(t *testing.T) {
 			defer c1.Close()
 			defer c2.Close()
 			ctx := context.Background()
-			acquire := func(l *ManagerLocker, d time.Duration) (targets.Lease, error) {
-				actx, cancel := context.WithTimeout(ctx, d)
-				defer cancel()
-				return l.Acquire(actx, "k0")
-			}
+			acquire := func(l *ManagerLocker, d time.Duration) (targets.Lease, error) { return acquireWithin(ctx, l, "k0", d) }
 
 			l1, err := acquire(c1, 3*time.Second)
 			if err != nil {

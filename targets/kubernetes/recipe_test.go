@@ -137,11 +137,7 @@ func lockerOnLeases(t *testing.T, checked bool) {
 	c2 := newLocker(coord, "c2", timing, TokenTransitions, log)
 	c1.checked, c2.checked = checked, checked
 	ctx := context.Background()
-	acquire := func(l *Locker, d time.Duration) (targets.Lease, error) {
-		actx, cancel := context.WithTimeout(ctx, d)
-		defer cancel()
-		return l.Acquire(actx, "k0")
-	}
+	acquire := func(l *Locker, d time.Duration) (targets.Lease, error) { return acquireWithin(ctx, l, "k0", d) }
 
 	l1, err := acquire(c1, 2*time.Second)
 	if err != nil {
@@ -367,4 +363,11 @@ func TestReleaseOfALeaseTakenMeanwhile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// acquireWithin is l's Acquire of key, given up after d.
+func acquireWithin(ctx context.Context, l targets.Locker, key string, d time.Duration) (targets.Lease, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	return l.Acquire(ctx, key)
 }
