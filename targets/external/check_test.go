@@ -126,3 +126,22 @@ func TestCheckNamesMistakes(t *testing.T) {
 		})
 	}
 }
+
+// A client whose first read of a held lock timed out answers unavailable
+// (it does not know the lock is held); asked again, it answers busy: the
+// busy step passes and says so. Answering unavailable twice fails
+// (TestCheckNamesMistakes, "busy told as unavailable").
+func TestCheckBusyAfterOneUnavailable(t *testing.T) {
+	rep := check(t, adapterSource(t),
+		`return {"type": "busy"}  # held`,
+		`self.timeouts = getattr(self, "timeouts", 0) + 1; return {"type": "busy"} if self.timeouts > 1 else {"type": "unavailable", "message": "read timed out"}  # held`)
+	if says := failed(rep, "busy"); len(says) != 0 {
+		t.Fatalf("busy failed: %q", says)
+	}
+	for _, f := range rep.Findings {
+		if f.Step == "busy" && f.Pass && strings.Contains(f.Says, "after answering unavailable once") {
+			return
+		}
+	}
+	t.Fatal("the busy step does not say it asked again")
+}
