@@ -13,7 +13,7 @@ import (
 func libraryRun(target, client, workload string, extra ...string) []string {
 	return append([]string{"run", "--target", target, "--client", client, "--workload", workload,
 		"--nemesis", "pause", "--pause-targets", "holder=1", "--time-limit", "10s",
-		"--concurrency", "4", "--keys", "1", "--work", "300ms", "--nemesis-interval", "1500ms", "--seed", "5"}, extra...)
+		"--concurrency", "4", "--keys", "1", "--work", "1s", "--nemesis-interval", "1500ms", "--seed", "5"}, extra...)
 }
 
 // TestLibraryVerdicts runs each library splitbrain ships for real, once
@@ -83,7 +83,7 @@ func TestYourOwnClient(t *testing.T) {
 		args  []string
 		valid bool
 	}{
-		{"pause", []string{"--nemesis", "pause", "--pause-targets", "holder=1"}, false},
+		{"pause", []string{"--nemesis", "pause", "--pause-targets", "holder=1", "--work", "1s"}, false},
 		{"kill", []string{"--nemesis", "kill", "--kill-targets", "holder=1", "--fault-min", "300ms", "--fault-max", "600ms"}, true},
 		// 20 s: a clock fault goes through docker exec and ptrace, and in
 		// CI beside other Docker tests none landed within 10 s once.

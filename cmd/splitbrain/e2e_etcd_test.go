@@ -20,7 +20,7 @@ func TestEtcdVerdicts(t *testing.T) {
 		// beside other Docker work: 3 faults, no lost update) still leaves
 		// others to give a live lock away.
 		code, res, _ := e2eRun(t, "run", "--target", "etcd", "--workload", "unfenced-counter", "--nemesis", "pause",
-			"--time-limit", "30s", "--concurrency", "4", "--keys", "1", "--pause-targets", "holder=1", "--seed", "4")
+			"--time-limit", "30s", "--concurrency", "4", "--keys", "1", "--work", "1s", "--pause-targets", "holder=1", "--seed", "4")
 		if code != exitInvalid || res["valid"] != false {
 			t.Fatalf("exit %d, valid %v", code, res["valid"])
 		}

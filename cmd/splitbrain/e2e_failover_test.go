@@ -65,7 +65,7 @@ func TestRedisSentinelVerdicts(t *testing.T) {
 // mariaRun is a short run on mariadb.
 func mariaRun(workload, nemesis string, extra ...string) []string {
 	return append([]string{"run", "--target", "mariadb", "--workload", workload, "--nemesis", nemesis,
-		"--time-limit", "12s", "--concurrency", "4", "--keys", "1", "--work", "300ms", "--nemesis-interval", "1500ms", "--seed", "5"}, extra...)
+		"--time-limit", "12s", "--concurrency", "4", "--keys", "1", "--work", "1s", "--nemesis-interval", "1500ms", "--seed", "5"}, extra...)
 }
 
 // TestMariaDBVerdicts: on a real MariaDB, a named lock whose session ends

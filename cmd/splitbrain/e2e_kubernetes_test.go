@@ -11,7 +11,7 @@ import (
 // client-go leader election on a Lease).
 func kubeRun(workload, nemesis string, extra ...string) []string {
 	return append([]string{"run", "--target", "kubernetes", "--workload", workload, "--nemesis", nemesis,
-		"--time-limit", "16s", "--concurrency", "3", "--keys", "1", "--work", "300ms", "--nemesis-interval", "2s", "--seed", "1"}, extra...)
+		"--time-limit", "16s", "--concurrency", "3", "--keys", "1", "--work", "1s", "--nemesis-interval", "2s", "--seed", "1"}, extra...)
 }
 
 // TestKubernetesVerdicts: on a real control plane, a leader paused past

@@ -24,7 +24,7 @@ func TestLockdVerdicts(t *testing.T) {
 	// holders has written by then and the pause proves nothing, so holders
 	// work 300 ms and faults come every 2 s on average (2 or 3 in 15 s).
 	common := []string{"run", "--target", "lockd", "--nemesis", "pause", "--time-limit", "15s",
-		"--concurrency", "4", "--keys", "1", "--lease-ttl", "2s", "--work", "300ms", "--nemesis-interval", "2s",
+		"--concurrency", "4", "--keys", "1", "--lease-ttl", "2s", "--work", "1s", "--nemesis-interval", "2s",
 		"--pause-targets", "holder=1", "--seed", "3"}
 
 	checkRun := func(t *testing.T, res map[string]any, dir string) {

@@ -52,7 +52,7 @@ func earlyLeaseDir(t *testing.T) string {
 func mutexRun(target, client, files, workload string, extra ...string) []string {
 	return append([]string{"run", "--target", target, "--client", client, "--client-files", files,
 		"--workload", workload, "--nemesis", "pause", "--pause-targets", "holder=1",
-		"--concurrency", "4", "--keys", "1", "--work", "300ms", "--nemesis-interval", "1500ms"}, extra...)
+		"--concurrency", "4", "--keys", "1", "--work", "1s", "--nemesis-interval", "1500ms"}, extra...)
 }
 
 // TestMutexFixtures: each fixture adapter, run for real under holder

@@ -12,7 +12,7 @@ import (
 func pgRun(workload string, extra ...string) []string {
 	return append([]string{"run", "--target", "postgres", "--workload", workload,
 		"--nemesis", "pause", "--pause-targets", "holder=1", "--time-limit", "12s",
-		"--concurrency", "4", "--keys", "1", "--work", "300ms", "--nemesis-interval", "1500ms", "--seed", "5"}, extra...)
+		"--concurrency", "4", "--keys", "1", "--work", "1s", "--nemesis-interval", "1500ms", "--seed", "5"}, extra...)
 }
 
 // TestPostgresVerdicts: on a real PostgreSQL 15, an advisory lock whose
@@ -123,7 +123,7 @@ func TestPostgresStore(t *testing.T) {
 func pgStoreRun(target, client, workload string, extra ...string) []string {
 	args := []string{"run", "--target", target, "--store", "postgres", "--workload", workload,
 		"--nemesis", "pause", "--pause-targets", "holder=1", "--time-limit", "10s",
-		"--concurrency", "4", "--keys", "1", "--work", "300ms", "--nemesis-interval", "1500ms", "--seed", "5"}
+		"--concurrency", "4", "--keys", "1", "--work", "1s", "--nemesis-interval", "1500ms", "--seed", "5"}
 	if client != "" {
 		args = append(args, "--client", client)
 	}

@@ -20,6 +20,14 @@ import (
 
 // e2eRun runs the CLI for real against Docker and returns the exit code and
 // the parsed results.json of the run.
+//
+// The runs that pause a holder to make a late write (--pause-targets
+// holder=1) hold each section 1 s (--work 1s): the nemesis picks a holder
+// in the first half of its section, and a pause must land before the
+// write. With 300 ms sections that left about 150 ms for docker pause,
+// which a loaded machine often missed (one pause in three at load 4-22
+// on kubernetes), and a run of two or three pauses that all missed lost
+// no update; 500 ms holds on a loaded machine too.
 func e2eRun(t *testing.T, args ...string) (int, map[string]any, string) {
 	t.Helper()
 	dir := t.TempDir()

@@ -17,7 +17,7 @@ func zkVerdicts(t *testing.T, extra ...string) {
 	t.Helper()
 	t.Run("unfenced under pauses is invalid", func(t *testing.T) {
 		args := append([]string{"run", "--target", "zookeeper", "--workload", "unfenced-counter", "--nemesis", "pause",
-			"--time-limit", "15s", "--concurrency", "4", "--keys", "1", "--pause-targets", "holder=1", "--nemesis-interval", "2s", "--seed", "4"}, extra...)
+			"--time-limit", "15s", "--concurrency", "4", "--keys", "1", "--work", "1s", "--pause-targets", "holder=1", "--nemesis-interval", "2s", "--seed", "4"}, extra...)
 		code, res, _ := e2eRun(t, args...)
 		if code != exitInvalid || res["valid"] != false {
 			t.Fatalf("exit %d, valid %v", code, res["valid"])
