@@ -366,8 +366,21 @@ func TestGroupFreeze(t *testing.T) {
 	if err := n.Signal(ctx, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(100 * time.Millisecond) // lines written just before the freeze land
+	// Lines written just before the freeze reach the engine's log a little
+	// later, later still on a loaded machine: wait until two reads 300 ms
+	// apart agree (a running child would add about 15 lines meanwhile).
 	frozen := ticks()
+	for settle := time.Now().Add(5 * time.Second); ; {
+		time.Sleep(300 * time.Millisecond)
+		got := ticks()
+		if got == frozen {
+			break
+		}
+		if time.Now().After(settle) {
+			t.Fatalf("the child kept ticking for 5 s after its node was frozen (%d ticks in the last 300 ms)", got-frozen)
+		}
+		frozen = got
+	}
 	time.Sleep(500 * time.Millisecond)
 	if got := ticks(); got != frozen {
 		t.Fatalf("the child ticked %d times while its node was frozen", got-frozen)
