@@ -137,6 +137,8 @@ func (eventRecorders) GetEventRecorder(string) ctrlrecorder.EventRecorder {
 // newElector is a manager's leader election on key's Lease, its requests
 // recorded by rec: the lock controller-runtime makes, client-go's elector
 // configured as pkg/manager configures it, elected closed when it leads.
+// rec learns the candidate's identity from the lock (controller-runtime
+// names it: host name and a UUID) before any request is made.
 func (l *ManagerLocker) newElector(key string, rec *recorder, elected chan<- struct{}) (*leaderelection.LeaderElector, error) {
 	cfg := rest.CopyConfig(l.config)
 	leases := "/apis/coordination.k8s.io/v1/namespaces/" + Namespace + "/leases"
@@ -153,6 +155,7 @@ func (l *ManagerLocker) newElector(key string, rec *recorder, elected chan<- str
 	if err != nil {
 		return nil, err
 	}
+	rec.id = lock.Identity()
 	return leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:          lock,
 		LeaseDuration: l.timing.LeaseDuration,
@@ -174,7 +177,7 @@ func (l *ManagerLocker) newElector(key string, rec *recorder, elected chan<- str
 // is stopped; the answer is busy when the last Lease it read named another
 // holder.
 func (l *ManagerLocker) Acquire(ctx context.Context, key string) (targets.Lease, error) {
-	rec := &recorder{} // controller-runtime names the candidate: learnt from its first write
+	rec := &recorder{}
 	elected := make(chan struct{})
 	le, err := l.newElector(key, rec, elected)
 	if err != nil {
@@ -200,7 +203,7 @@ func (l *ManagerLocker) Acquire(ctx context.Context, key string) (targets.Lease,
 			<-s.done
 			return nil, fmt.Errorf("acquire %s: %w", key, err)
 		}
-		s.token, s.id = token, rec.identity()
+		s.token, s.id = token, rec.id
 		s.rec = rec
 		return s, nil
 	case <-s.done:
@@ -213,7 +216,7 @@ func (l *ManagerLocker) Acquire(ctx context.Context, key string) (targets.Lease,
 	case <-s.done:
 	case <-time.After(l.timing.RenewDeadline + time.Second):
 	}
-	if holder, ok := rec.lastSeen(); ok && holder != "" && holder != rec.identity() {
+	if holder, ok := rec.lastSeen(); ok && holder != "" && holder != rec.id {
 		return nil, fmt.Errorf("acquire %s: held by %s: %w", key, holder, targets.ErrBusy)
 	}
 	return nil, fmt.Errorf("acquire %s: %w: %w", key, targets.ErrUnavailable, rec.failure(ctx.Err()))

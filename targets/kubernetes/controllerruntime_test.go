@@ -238,31 +238,3 @@ func TestManagerReleaseOfALeaseTakenMeanwhile(t *testing.T) {
 		})
 	}
 }
-
-// TestRecorderLearnsTheCandidate: the recorder of a candidate named by
-// its library learns its identity from its first write naming a holder,
-// and takes the token from that write.
-func TestRecorderLearnsTheCandidate(t *testing.T) {
-	other, me, tr := "other", "host_1234", int32(3)
-	r := &recorder{}
-	read := &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{HolderIdentity: &other, LeaseTransitions: &tr}}
-	r.note(read, nil, false)
-	if r.identity() != "" {
-		t.Fatalf("identity %q learnt from a read", r.identity())
-	}
-	won := read.DeepCopy()
-	won.Spec.HolderIdentity = &me
-	tr4 := tr + 1
-	won.Spec.LeaseTransitions = &tr4
-	r.note(won, nil, true)
-	given := won.DeepCopy()
-	none := ""
-	given.Spec.HolderIdentity = &none
-	r.note(given, nil, true)
-	if r.identity() != me {
-		t.Errorf("identity %q, want %q", r.identity(), me)
-	}
-	if v, err := r.token(TokenTransitions); err != nil || v != 5 {
-		t.Errorf("token %d, %v; want 5", v, err)
-	}
-}

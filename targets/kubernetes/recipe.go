@@ -456,10 +456,7 @@ func (s *lease) RenewFailures() int {
 // recorder watches one elector's requests: the Lease its acquisition wrote
 // (the token's source), the last holder it read, and the last error.
 type recorder struct {
-	// id is the acquisition's identity. Empty, the recorder watches one
-	// candidate's requests alone and learns it from the first write that
-	// names a holder (controller-runtime names its candidates itself; a
-	// candidate writes only its own name or none).
+	// id is the acquisition's identity, set before its first request.
 	id string
 
 	mu       sync.Mutex
@@ -479,16 +476,9 @@ func (r *recorder) note(l *coordinationv1.Lease, err error, write bool) {
 	}
 	holder := holderOf(l)
 	r.holder, r.seen = holder, true
-	if write && holder != "" && (holder == r.id || r.id == "") && r.acquired == nil {
-		r.acquired, r.id = l.DeepCopy(), holder
+	if write && holder != "" && holder == r.id && r.acquired == nil {
+		r.acquired = l.DeepCopy()
 	}
-}
-
-// identity is the acquisition's identity ("" while not learnt).
-func (r *recorder) identity() string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.id
 }
 
 // holderOf is the identity l names as its holder ("" for none).
