@@ -66,6 +66,17 @@ func TestFaultSettings(t *testing.T) {
 			t.Fatalf("clock settings %+v, TTL %v, work %v", cs, c.LeaseTTL, c.Work)
 		}
 	})
+	t.Run("one fast candidate for the whole run", func(t *testing.T) {
+		// CLOCK_MONOTONIC drifts (what client-go judges expiry by), on one
+		// client, fast, and the one fault outlasts the run.
+		c := apply("leader-election-fast-candidate")
+		cs := nemesis.SpecOf[*clock.Spec](c.Faults)
+		if cs.Modes.String() != clock.ModeDrift || !cs.Monotonic || cs.Count > 1 || cs.MinRate != cs.MaxRate || cs.MinRate <= 1 ||
+			cs.Direction != clock.DirForward || cs.Targets.String() != (nemesis.Weights{nemesis.GroupClient: 1}).String() ||
+			c.FaultMin <= c.TimeLimit || c.Concurrency < 2 {
+			t.Fatalf("clock settings %+v, fault %v..%v, time limit %v, concurrency %d", cs, c.FaultMin, c.FaultMax, c.TimeLimit, c.Concurrency)
+		}
+	})
 	t.Run("power loss of every member, both settings", func(t *testing.T) {
 		// The same cut in the durable cell and the unsynced one: all the
 		// members at once, so that no member left standing gives back

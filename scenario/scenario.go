@@ -281,6 +281,21 @@ const (
 // registry knows it (a scenario does not import a backend's package).
 const kubernetesKind = "kubernetes"
 
+// CandidateClockExpiry: a leader election whose candidates judge the
+// holder's lease expired on their own clocks (client-go's LeaderElector:
+// the recipes kubernetes and kubernetes-checked, and controller-runtime's
+// manager election), named as the registry knows them.
+var CandidateClockExpiry = ClientNeed("a leader election that judges expiry on each candidate's own clock", func(_ targets.Backend, r targets.Recipe) bool {
+	return slices.Contains([]string{kubernetesKind, "kubernetes-checked", "controller-runtime"}, r.Kind)
+})
+
+// fastCandidateRate is the rate of leader-election-fast-candidate's fast
+// clock: above the 7.5 that a renewal answered at once allows at the
+// recipe's default timing (2 s / 0.267 s), so that it breaks on a quiet
+// machine too. Runs at load 5-23 broke from 4 on (3: no overlap in 3
+// seeds; docs/kubernetes.md).
+const fastCandidateRate = "10"
+
 // The store-side fence for a client with no token, named as the store
 // registry knows it (a scenario does not import a store's package): each
 // counter a row of PostgreSQL, a write refused when the row's version is
@@ -1026,6 +1041,38 @@ func Catalogue() []Scenario {
 			},
 			// Fenced, the same cut is late-writer-drill (its late write
 			// refused).
+			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
+		},
+		// A candidate whose clock runs fast: client-go judges a holder's
+		// Lease expired when this candidate has seen it unchanged for a
+		// LeaseDuration on its own monotonic clock ("tolerant to arbitrary
+		// clock skew, but is not tolerant to arbitrary clock skew rate").
+		// The leader renews every RetryPeriod, and each renewal restarts
+		// the candidates' wait, so the candidate must count a LeaseDuration
+		// between two renewals: a rate above about LeaseDuration /
+		// (RetryPeriod + a renewal's latency), 7.5 for a renewal answered
+		// at once (docs/kubernetes.md has the rates measured).
+		{
+			Name: "leader-election-fast-candidate", AntiPattern: KnownBug, Needs: []Need{CandidateClockExpiry},
+			Title: "client-go leader election: a candidate whose monotonic clock runs 10 times fast judges a renewing leader's Lease expired and takes it while the leader still works and writes",
+			Apply: func(c *harness.Config, _ targets.Backend) {
+				// One of three clients drifts for the whole run (one
+				// fault longer than it, healed at its end: the heal's
+				// jump back of CLOCK_MONOTONIC would stall the Go
+				// client's timers for what the drift gained), so that
+				// it is a candidate most of the time; holds of half a
+				// TTL see about four renewals each.
+				c.Workload, c.Nemesis, c.Keys, c.Concurrency = workloads.UnfencedCounter, faultClock, 1, 3
+				c.Work = c.LeaseTTL / 2
+				setFault(c, faultClock, map[string]string{"clock-targets": nemesis.GroupClient, "clock-modes": "drift", "clock-direction": "forward",
+					"clock-monotonic": "true", "clock-rate-min": fastCandidateRate, "clock-rate-max": fastCandidateRate})
+				c.TimeLimit = max(c.TimeLimit, 20*time.Second)
+				c.FaultMin, c.FaultMax, c.NemesisInterval = 2*c.TimeLimit, 2*c.TimeLimit, 200*time.Millisecond
+			},
+			// The mutex checker leaves the holds of a client whose
+			// monotonic clock a fault moved unjudged, so the finding is
+			// the data's: the leader's late write loses the candidate's
+			// increment.
 			Expect: Expect{Valid: verdict(checkers.Invalid), MinLostUpdates: 1},
 		},
 		// A session lock's known problem (docs/postgres.md has the

@@ -108,6 +108,7 @@ func TestTargetsFromDeclarations(t *testing.T) {
 		"curator-disconnect-two-holders": "",
 		"curator-session-expiry-race":    "",
 		"leader-election-cut-leader":     "kubernetes",
+		"leader-election-fast-candidate": "kubernetes",
 		"half-open-session":              "mariadb,postgres",
 		"half-open-keepalive":            "mariadb,postgres",
 		// Asynchronous failover.
