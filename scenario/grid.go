@@ -115,6 +115,8 @@ func (c Column) failure(it Item) string {
 		s = "fencing tokens went back across a failover (asynchronous replication: a new leader behind the old one), whatever its persistence — fence at the store"
 	case it.Question == qToken && len(b.DurableWith) > 0 && !c.hasOptions(b.DurableWith):
 		s += " — use --recipe-opt " + kvs(b.DurableWith)
+	case it.Question == qBusy && c.toldApart(it):
+		s = "its failed acquisitions said busy or unavailable, but its drill missed its expectation: " + c.missed(it)
 	case it.Question == qConsensus && b.LosesOnFailover:
 		s = "a failover may lose acknowledged grants (asynchronous replication) — fence at the store"
 	case it.Question == qConsensus && b.Size >= 3 && b.Leads:
@@ -127,6 +129,43 @@ func (c Column) failure(it Item) string {
 		s += " (" + nodes + ") — fence every write; for correctness prefer a consensus-backed service"
 	}
 	return s
+}
+
+// toldApart says that the column's exercised runs behind it said both
+// busy and unavailable: a FAIL of the busy item is then another of the
+// drill's expectations (a stall), not the telling apart.
+func (c Column) toldApart(it Item) bool {
+	busy, un := 0, 0
+	for _, r := range c.itemRows(it) {
+		busy += r.Busy
+		un += r.Unavailable
+	}
+	return busy > 0 && un > 0 && c.missed(it) != ""
+}
+
+// missed joins how the runs behind it missed their expectations.
+func (c Column) missed(it Item) string {
+	var out []string
+	for _, r := range c.itemRows(it) {
+		out = append(out, r.Mismatches...)
+	}
+	return strings.Join(out, "; ")
+}
+
+// itemRows are the column's rows of the exercised runs behind it.
+func (c Column) itemRows(it Item) []Row {
+	var rows []Row
+	for _, ref := range it.Runs {
+		if !ref.Exercised {
+			continue
+		}
+		for _, r := range c.Rows {
+			if r.Dir == ref.Dir && r.Scenario == ref.Scenario && r.Seed == ref.Seed {
+				rows = append(rows, r)
+			}
+		}
+	}
+	return rows
 }
 
 // storeFenced says the candidate's own store checks every write (a

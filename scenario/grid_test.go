@@ -107,6 +107,17 @@ func TestSummary(t *testing.T) {
 			[]string{"etcd: breaks: the fenced pattern broke while members were cut off or killed"}},
 		{"single node", Column{Target: "redis", Items: []Item{item(qConsensus, Fail)}, Rows: []Row{{}}},
 			[]string{"not a consensus-backed service (a single lock node)"}},
+		// The drill told busy from unavailable but stalled: the line says
+		// the stall, not a telling apart that did not happen (validate on
+		// controller-runtime, 2026-12-06).
+		{"busy told apart, drill stalled", Column{Target: "kubernetes", Client: "controller-runtime",
+			Items: []Item{{Question: qBusy, Answer: Fail, Runs: []RunRef{{Scenario: "busy-vs-unavailable", Seed: 1, Dir: "d", Exercised: true}}}},
+			Rows:  []Row{drillRow(118, 42, "k0 stalled 20.404s (no successful critical section while clients kept trying), expected at most 15s")}},
+			[]string{"breaks: its failed acquisitions said busy or unavailable, but its drill missed its expectation: k0 stalled 20.404s"}},
+		{"busy never said unavailable", Column{Target: "kubernetes",
+			Items: []Item{{Question: qBusy, Answer: Fail, Runs: []RunRef{{Scenario: "busy-vs-unavailable", Seed: 1, Dir: "d", Exercised: true}}}},
+			Rows:  []Row{drillRow(118, 0, "")}},
+			[]string{"breaks: a failed acquisition does not say busy or unavailable"}},
 		{"nothing ran", Column{Target: "etcd"}, []string{"etcd: no answer"}},
 	} {
 		s := tc.col.Summary()
@@ -119,6 +130,17 @@ func TestSummary(t *testing.T) {
 			t.Errorf("%s: %q names the configuration it already has", tc.name, s)
 		}
 	}
+}
+
+// drillRow is busy-vs-unavailable's row, seed 1, in directory d: busy and
+// unavailable failed acquisitions, and a mismatch unless empty.
+func drillRow(busy, unavailable int, mismatch string) Row {
+	r := Row{Dir: "d"}
+	r.Scenario, r.Seed, r.Busy, r.Unavailable = "busy-vs-unavailable", 1, busy, unavailable
+	if mismatch != "" {
+		r.Mismatches = []string{mismatch}
+	}
+	return r
 }
 
 // TestRunLinks: every answer's runs are reachable from the candidate's

@@ -301,9 +301,13 @@ var questions = []question{
 			return r.Partitions > 0 && (r.RenewFailures > 0 || r.Overlaps > 0 || r.LateRejected > 0)
 		},
 		notTested: "no run cut a holder off during a hold (partitions fell between holds: no renewal failed, no hold outlived its lease)",
-		judge: func(_ targets.Backend, _, ex []Row) (Answer, string) {
+		judge: func(_ targets.Backend, all, ex []Row) (Answer, string) {
 			n := sum(ex, func(r Row) int { return r.RenewFailures })
-			ev := fmt.Sprintf("drill: %d partitions, %d renewals failed while holders were cut off", sum(ex, func(r Row) int { return r.Partitions }), n)
+			ev := fmt.Sprintf("drill: %d partitions, %d renewals failed while holders were cut off", sum(all, func(r Row) int { return r.Partitions }), n)
+			if len(ex) == 0 {
+				// Nobody was cut off: nothing says the recipe renews or not.
+				return NotTested, ev
+			}
 			if n == 0 {
 				return Fail, ev + fmt.Sprintf(" (none, though %d holds outlived their lease: the recipe does not renew, a fixed TTL)",
 					sum(ex, func(r Row) int { return max(r.Overlaps, r.LateRejected) }))
