@@ -67,12 +67,17 @@ var ReleaseOnCancelOption = option.Enum("release-on-cancel",
 // is read from the one its acquisition wrote, as the client-go recipe
 // reads it).
 //
-// A manager runs once, so every acquisition starts a new one: a candidate
-// judges a holder's lease expired by how long it has seen the Lease
-// unchanged since it started, so attempts shorter than the LeaseDuration
-// never take the Lease of a holder that died without giving it back (the
-// client-go recipe keeps its elector across attempts; a manager cannot be
-// restarted).
+// A replica's manager campaigns until it is elected: an acquisition given
+// up before the election led leaves it to the client's next acquisition of
+// the key, which runs the same election on (its lock, identity and what it
+// observed of the Lease), as the one campaign of a replica whose attempts
+// the workload bounds. A candidate judges a holder's lease expired by how
+// long it has seen the Lease unchanged, so an election made afresh for
+// each attempt would never take, with attempts shorter than the
+// LeaseDuration, the Lease of a holder that died or stopped without giving
+// it back (busy-vs-unavailable's 1 s attempts against a 2 s lease stalled
+// 20.4 s so). Once elected, the manager runs until Release, and the next
+// acquisition is a new manager.
 type ManagerLocker struct {
 	client          string
 	timing          Timing
@@ -87,6 +92,47 @@ type ManagerLocker struct {
 
 	mu   sync.Mutex
 	live map[*managerLease]bool // started managers not yet stopped
+	// waiting holds, per key, the election of an acquisition given up
+	// before it led, whose Run has returned: the next acquisition's.
+	waiting map[string]*election
+}
+
+// election is a manager's leader election on one key: its elector, the
+// recorder of its Lease requests, and elected, closed when it leads.
+type election struct {
+	le      *leaderelection.LeaderElector
+	rec     *recorder
+	elected chan struct{}
+}
+
+// election is the client's campaign for key: the one an acquisition given
+// up left, else a new manager's.
+func (l *ManagerLocker) election(key string) (*election, error) {
+	l.mu.Lock()
+	e, ok := l.waiting[key]
+	delete(l.waiting, key)
+	l.mu.Unlock()
+	if ok {
+		return e, nil
+	}
+	e = &election{rec: &recorder{}, elected: make(chan struct{})}
+	le, err := l.newElector(key, e.rec, e.elected)
+	if err != nil {
+		return nil, err
+	}
+	e.le = le
+	return e, nil
+}
+
+// wait keeps e, which never led and does not run, for key's next
+// acquisition.
+func (l *ManagerLocker) wait(key string, e *election) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.waiting == nil {
+		l.waiting = map[string]*election{}
+	}
+	l.waiting[key] = e
 }
 
 var _ targets.Locker = (*ManagerLocker)(nil)
@@ -177,12 +223,11 @@ func (l *ManagerLocker) newElector(key string, rec *recorder, elected chan<- str
 // is stopped; the answer is busy when the last Lease it read named another
 // holder.
 func (l *ManagerLocker) Acquire(ctx context.Context, key string) (targets.Lease, error) {
-	rec := &recorder{}
-	elected := make(chan struct{})
-	le, err := l.newElector(key, rec, elected)
+	e, err := l.election(key)
 	if err != nil {
 		return nil, fmt.Errorf("acquire %s: leader election: %w", key, err)
 	}
+	le, rec, elected := e.le, e.rec, e.elected
 	runCtx, cancel := context.WithCancel(context.Background())
 	s := &managerLease{l: l, key: key, cancel: cancel, done: make(chan struct{})}
 	l.track(s, true)
@@ -214,6 +259,11 @@ func (l *ManagerLocker) Acquire(ctx context.Context, key string) (targets.Lease,
 	cancel()
 	select {
 	case <-s.done:
+		select {
+		case <-elected: // it led as it was given up: a manager that ran
+		default:
+			l.wait(key, e)
+		}
 	case <-time.After(l.timing.RenewDeadline + time.Second):
 	}
 	if holder, ok := rec.lastSeen(); ok && holder != "" && holder != rec.id {
