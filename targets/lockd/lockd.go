@@ -190,7 +190,10 @@ func (t Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Opti
 		return nil, err
 	}
 	c := &Cluster{nodes: nodes, server: so, log: log}
-	if err := c.WaitHealthy(ctx, 30*time.Second); err != nil {
+	// 60 s, as ZooKeeper's and PostgreSQL's: each probe is a docker exec,
+	// and on a loaded machine (load 20-50 beside the test suite) 30 s of
+	// them once passed before a healthy cluster answered.
+	if err := c.WaitHealthy(ctx, 60*time.Second); err != nil {
 		return nil, err
 	}
 	log.Info("lockd cluster up", "nodes", len(nodes), "max_ttl", so.MaxTTL, "lock_delay", so.LockDelay, "no_sync", so.NoSync)

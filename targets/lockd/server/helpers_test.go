@@ -94,6 +94,20 @@ func withConfig(f func(*Config)) clusterOption {
 	}
 }
 
+// withSteadyRaft gives the cluster Raft timing a loaded machine keeps
+// (heartbeat and election 1 s, leader lease 500 ms), for tests that check
+// what a request answers on one leader, not failover: testConfig's 100 ms
+// and 50 ms let a leader starved of CPU for 65 ms step down mid-test (seen
+// with two busy loops beside the test suite), and a redirect then found no
+// leader address.
+func withSteadyRaft() clusterOption {
+	return withConfig(func(cfg *Config) {
+		cfg.HeartbeatTimeout = time.Second
+		cfg.ElectionTimeout = time.Second
+		cfg.LeaderLeaseTimeout = 500 * time.Millisecond
+	})
+}
+
 // withHTTP serves each node's HTTP API on a loopback listener.
 func withHTTP() clusterOption {
 	return func(c *testCluster) {

@@ -66,7 +66,7 @@ func (c *testCluster) waitAddrs(leader int) {
 }
 
 func TestHTTPClientRoundTrip(t *testing.T) {
-	c := newCluster(t, 3, withHTTP())
+	c := newCluster(t, 3, withHTTP(), withSteadyRaft())
 	leader := c.waitLeader()
 	c.waitAddrs(leader)
 	followers := c.others(leader)
@@ -176,7 +176,7 @@ func TestHTTPClientRoundTrip(t *testing.T) {
 }
 
 func TestHTTPErrorCodes(t *testing.T) {
-	c := newCluster(t, 3, withHTTP(), withConfig(func(cfg *Config) { cfg.LockDelay = 5 * time.Second }))
+	c := newCluster(t, 3, withHTTP(), withSteadyRaft(), withConfig(func(cfg *Config) { cfg.LockDelay = 5 * time.Second }))
 	all := c.all()
 	held := c.mustAcquire(all, "held", "a", 10*time.Second)
 	c.mustAcquire(all, "delayed", "a", time.Second)
@@ -246,7 +246,7 @@ func TestHTTPErrorCodes(t *testing.T) {
 }
 
 func TestMetricsExposition(t *testing.T) {
-	c := newCluster(t, 3, withHTTP())
+	c := newCluster(t, 3, withHTTP(), withSteadyRaft())
 	all := c.all()
 	g := c.mustAcquire(all, "k", "a", time.Second)
 	_ = c.renew(all, "k", "b", g.Token)
