@@ -558,7 +558,10 @@ func Checklist(b targets.Backend, m *Matrix) []Item {
 			// property.
 			it.Answer = NotTested
 		}
-		if it.Answer == NotTested {
+		// The item's reason when no run put its fault on the system; a
+		// judge that answers NOT TESTED from runs that did says why itself
+		// (the token item: killed, but no stale write reached the store).
+		if it.Answer == NotTested && len(ex) == 0 {
 			why := q.notTested
 			if len(all) == 0 {
 				why = "none of its runs ran"

@@ -203,6 +203,23 @@ func TestChecklistItems(t *testing.T) {
 	}
 }
 
+// TestNotTestedSaysWhy: a NOT TESTED answer from runs that did put the
+// fault on the system gives the judge's reason, not the item's "no run
+// did" (validate on controller-runtime, 2026-12-06: "no fenced run killed
+// the lock service" before "1 of them killed the lock service … 2 of its
+// leader").
+func TestNotTestedSaysWhy(t *testing.T) {
+	killed := run("token-across-restarts", func(r *Row) { r.NodeKills, r.LeaderKills = 2, 2 })
+	for _, it := range Checklist(leaderShape, &Matrix{Rows: []Row{killed}}) {
+		if it.Question != qToken {
+			continue
+		}
+		if it.Answer != NotTested || !strings.Contains(it.Evidence, "its check was not exercised") || strings.HasPrefix(it.Evidence, "no fenced run killed") {
+			t.Errorf("%s: %s", it.Answer, it.Evidence)
+		}
+	}
+}
+
 // TestChecklistNoRuns: with no run (or only runs that ended in a harness
 // error) every item answers NOT TESTED or FAIL, never PASS.
 func TestChecklistNoRuns(t *testing.T) {
