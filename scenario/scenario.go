@@ -290,8 +290,8 @@ var CandidateClockExpiry = ClientNeed("a leader election that judges expiry on e
 })
 
 // fastCandidateRate is the rate of leader-election-fast-candidate's fast
-// clock: well above the 3-4 from which runs at load 1.5-23 broke (3: no
-// overlap in 3 seeds; docs/kubernetes.md), and the 1.5-2 the code allows.
+// clock: well above the 4 from which every run at load 1.5-28 broke (3:
+// 2 of 5 runs; docs/kubernetes.md), and the 1.5-2 the code allows.
 const fastCandidateRate = "10"
 
 // The store-side fence for a client with no token, named as the store
