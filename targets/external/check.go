@@ -311,12 +311,22 @@ func (c *checker) run(ctx context.Context) {
 	if errors.Is(err, targets.ErrUnavailable) {
 		// A client that could not read the lock within the deadline (its
 		// request timed out on a loaded machine) does not know it is held:
-		// unavailable is then the honest answer. Asked once more while the
-		// lock is still held, a client that tells the two apart answers
+		// unavailable is then the honest answer. It is asked once more,
+		// with the lock held anew (the first hold may be near the end of
+		// its TTL by now): a client that tells the two apart answers
 		// busy; one that conflates them answers unavailable again.
 		first := err
+		rctx, cancel := bounded(ctx, time.Second)
+		rerr := s1.Release(rctx)
+		cancel()
+		again, _, aerr := acquire(ctx, a, checkKey, 5*time.Second)
+		if rerr != nil || aerr != nil {
+			c.fail("busy", "a lock held by another was answered unavailable (%v), and the lock could not be taken anew to ask again: release %v, acquire %v", first, rerr, aerr)
+			return
+		}
+		s1 = again
 		if s, took, err = acquire(ctx, b, checkKey, busyDeadline); errors.Is(err, targets.ErrBusy) {
-			retried = fmt.Sprintf(" (asked again after answering unavailable once: %v)", first)
+			retried = fmt.Sprintf(" (asked again, the lock taken anew, after answering unavailable once: %v)", first)
 		}
 	}
 	switch {
