@@ -104,11 +104,19 @@ func RateBetween(a, b Observation) (RateReading, error) {
 		Realtime:     1 + float64(b.Realtime-a.Realtime)/float64(over),
 		HasMonotonic: a.HasMonotonic && b.HasMonotonic,
 		Over:         over,
-		Uncertainty:  float64(a.Uncertainty+b.Uncertainty) / float64(over),
 	}
+	fastest := max(1, r.Realtime)
 	if r.HasMonotonic {
 		r.Monotonic = 1 + float64(b.Monotonic-a.Monotonic)/float64(over)
+		fastest = max(fastest, r.Monotonic)
 	}
+	// Each observation pairs the process's reading, taken at an unknown
+	// moment within its window, with the window's middle: a clock that
+	// runs at rate r moves up to r times the half-window in that doubt.
+	// The rate read can itself be low by the doubt, hence the second
+	// term.
+	u := float64(a.Uncertainty+b.Uncertainty) / float64(over)
+	r.Uncertainty = u * (fastest + u)
 	return r, nil
 }
 
