@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -86,6 +87,8 @@ type runTimes struct {
 	phases           map[string]time.Duration
 	total            time.Duration
 	early            bool
+	// reuse is results.json's node_reuse (validate --reuse-nodes).
+	reuse *harness.NodeReuse
 }
 
 func loadValidate(dir string) (*validateRun, error) {
@@ -116,7 +119,7 @@ func loadValidate(dir string) (*validateRun, error) {
 				if b, err := os.ReadFile(filepath.Join(r.Dir, "results.json")); err == nil {
 					var res harness.Results
 					if json.Unmarshal(b, &res) == nil {
-						rt.phases, rt.early = res.Phases, res.EndedEarly
+						rt.phases, rt.early, rt.reuse = res.Phases, res.EndedEarly, res.NodeReuse
 					}
 				}
 			}
@@ -155,6 +158,52 @@ type phaseSummary struct {
 	Wall time.Duration `json:"wall_ns"`
 	// TestByScenario is the mean test phase per scenario.
 	TestByScenario map[string]time.Duration `json:"test_by_scenario_ns"`
+	// Reuse sums node reuse (validate --reuse-nodes), when runs had it.
+	Reuse *reuseSummary `json:"node_reuse,omitempty"`
+}
+
+// reuseSummary is what node reuse did: how many runs took nodes over and
+// handed theirs on, their mean setup and teardown against the others', and
+// why the others did not hand theirs on.
+type reuseSummary struct {
+	Runs, TookOver, HandedOn int
+	// Setup of the runs that took nodes over and of those that started
+	// their own; Teardown of those that handed theirs on and the others.
+	SetupTookOver, SetupOwn         time.Duration
+	TeardownHandedOn, TeardownOther time.Duration
+	// Why counts the reasons for not handing nodes on.
+	Why map[string]int
+}
+
+func (v *validateRun) reuse() *reuseSummary {
+	s := &reuseSummary{Why: map[string]int{}}
+	var setupIn, setupOwn, downOn, downOther time.Duration
+	for _, r := range v.runs {
+		if r.reuse == nil {
+			continue
+		}
+		s.Runs++
+		if r.reuse.From != "" {
+			s.TookOver++
+			setupIn += r.phases["setup"]
+		} else {
+			setupOwn += r.phases["setup"]
+		}
+		if r.reuse.HandedOn {
+			s.HandedOn++
+			downOn += r.phases["teardown"]
+		} else {
+			downOther += r.phases["teardown"]
+			s.Why[r.reuse.Why]++
+		}
+	}
+	if s.Runs == 0 {
+		return nil
+	}
+	mean := func(d time.Duration, n int) time.Duration { return d / time.Duration(max(1, n)) }
+	s.SetupTookOver, s.SetupOwn = mean(setupIn, s.TookOver), mean(setupOwn, s.Runs-s.TookOver)
+	s.TeardownHandedOn, s.TeardownOther = mean(downOn, s.HandedOn), mean(downOther, s.Runs-s.HandedOn)
+	return s
 }
 
 func (v *validateRun) summary() phaseSummary {
@@ -177,6 +226,7 @@ func (v *validateRun) summary() phaseSummary {
 	for sc, d := range s.TestByScenario {
 		s.TestByScenario[sc] = d / time.Duration(n[sc])
 	}
+	s.Reuse = v.reuse()
 	return s
 }
 
@@ -205,6 +255,15 @@ func (v *validateRun) write(w *os.File, dir string) {
 		parts = append(parts, fmt.Sprintf("%s %v", sc, s.TestByScenario[sc].Round(100*time.Millisecond)))
 	}
 	fmt.Fprintf(w, "mean test phase by scenario: %s\n", strings.Join(parts, ", "))
+	if r := s.Reuse; r != nil {
+		sec := func(d time.Duration) string { return fmt.Sprintf("%.1f s", d.Seconds()) }
+		fmt.Fprintf(w, "node reuse: %d of %d runs took over an earlier run's lock-service nodes (mean setup %s; %s for the %d that started their own); "+
+			"%d handed theirs on (mean teardown %s; %s for the other %d)\n",
+			r.TookOver, r.Runs, sec(r.SetupTookOver), sec(r.SetupOwn), r.Runs-r.TookOver, r.HandedOn, sec(r.TeardownHandedOn), sec(r.TeardownOther), r.Runs-r.HandedOn)
+		for _, why := range slices.Sorted(maps.Keys(r.Why)) {
+			fmt.Fprintf(w, "  not handed on, %d: %s\n", r.Why[why], why)
+		}
+	}
 }
 
 // compareAnswers lists every column and item whose answers differ between

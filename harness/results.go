@@ -52,6 +52,11 @@ type Results struct {
 	// (which starts with the harness, setup included): reports count time
 	// from it.
 	TestStart int64 `json:"test_start_ns"`
+	// NodeReuse says whether the run took over lock-service nodes an
+	// earlier run had used (and from which), the key prefix its locks had,
+	// and whether it handed its nodes on (Deps.Pool: validate and matrix
+	// --reuse-nodes); nil when the run had no pool.
+	NodeReuse *NodeReuse `json:"node_reuse,omitempty"`
 	// Versions are the backend's software versions; Images the image tags.
 	Versions map[string]string `json:"versions,omitempty"`
 	Images   map[string]string `json:"images,omitempty"`

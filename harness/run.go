@@ -66,6 +66,11 @@ type Deps struct {
 	// Report, when set, is called with the run directory once results.json
 	// is written (to render report.html).
 	Report func(dir string) error
+	// Pool, when set, keeps the lock-service nodes of runs that may hand
+	// them on, for later runs of the same node configuration, and gives
+	// this run such nodes when it holds some (validate and matrix
+	// --reuse-nodes); nil: every run starts and removes its own.
+	Pool *Pool
 }
 
 // Outcome is a finished run.
@@ -122,6 +127,7 @@ func (p *Plan) Run(ctx context.Context, deps Deps) (out *Outcome, err error) {
 		}
 	}()
 	err = r.execute(ctx)
+	r.completed = err == nil && ctx.Err() == nil && deps.Hard.Err() == nil
 	var pe *PanicError
 	if errors.As(err, &pe) {
 		err = r.panicked(pe)
@@ -200,6 +206,16 @@ type run struct {
 
 	// clientCaps are capabilities the nemeses need in client nodes.
 	clientCaps []string
+
+	// Node reuse (Deps.Pool): the run's node key, the pooled nodes it
+	// took over (nil: it started its own), its cluster, whether it
+	// completed (no error, no interrupt) and the faults it recorded.
+	nodeKey   string
+	took      *pooled
+	cluster   targets.Cluster
+	completed bool
+	faultsMu  sync.Mutex
+	faultHits []faultHit
 }
 
 func (r *run) prepareDir() error {
@@ -306,6 +322,11 @@ func (r *run) execute(ctx context.Context) error {
 	if r.deps.Watch != nil {
 		defer r.deps.Watch(hard, r.cfg, r.hw)()
 	}
+	pooling := r.deps.Pool != nil && !r.cfg.Keep && reusable(nems)
+	if pooling {
+		defer r.hw.Observe(r.observeFaults)()
+		r.res.NodeReuse = &NodeReuse{KeyPrefix: r.runID + "-"}
+	}
 	r.rec = history.NewRecorder(r.hw, history.NewMonotonicClock())
 
 	var (
@@ -325,13 +346,24 @@ func (r *run) execute(ctx context.Context) error {
 			}
 			r.res.Images = imgs
 		}
-		// Assign only on success: a typed nil in the interface would
-		// pass the nil checks of cleanup.
-		rtm, err := r.deps.NewRuntime(hard, r.runID, r.cfg.Keep, r.log)
-		if err != nil {
-			return fmt.Errorf("runtime: %w", err)
+		if pooling {
+			r.nodeKey = nodeKey(r.cfg, backend, r.opts.Backend, imgs, nodeCaps)
+			if r.took = r.takeOver(hard); r.took != nil {
+				cluster = r.took.cluster
+				nr := r.res.NodeReuse
+				nr.From, nr.After, nr.Served = r.took.origin, r.took.last, r.took.served
+				r.log.Info("took over the lock service's nodes", "from", nr.From, "after", nr.After, "served", nr.Served)
+			}
 		}
-		r.rt = rtm
+		if r.rt == nil {
+			// Assign only on success: a typed nil in the interface would
+			// pass the nil checks of cleanup.
+			rtm, err := r.deps.NewRuntime(hard, r.runID, r.cfg.Keep, r.log)
+			if err != nil {
+				return fmt.Errorf("runtime: %w", err)
+			}
+			r.rt = rtm
+		}
 		// Faults that start the lock service's nodes under a program of
 		// their own (a filesystem over their state directories) say so
 		// before anything starts; a runtime that cannot is refused.
@@ -354,14 +386,18 @@ func (r *run) execute(ctx context.Context) error {
 			storeNode, storeAddr, err = storeKind.Deploy(hard, r.rt, imgs[storeKind.Role], r.opts.Store)
 			return err
 		}))
-		up.Go(protect(func() (err error) {
-			cluster, err = backend.Target.Start(hard, targetRT, targets.Options{Images: imgs, TTL: r.cfg.LeaseTTL, Settings: r.opts.Backend, ExtraCaps: nodeCaps, Log: r.log})
-			if err != nil {
-				return fmt.Errorf("start %s: %w", r.cfg.Target, err)
-			}
-			return nil
-		}))
-		if err := up.Wait(); err != nil {
+		if r.took == nil {
+			up.Go(protect(func() (err error) {
+				cluster, err = backend.Target.Start(hard, targetRT, targets.Options{Images: imgs, TTL: r.cfg.LeaseTTL, Settings: r.opts.Backend, ExtraCaps: nodeCaps, Log: r.log})
+				if err != nil {
+					return fmt.Errorf("start %s: %w", r.cfg.Target, err)
+				}
+				return nil
+			}))
+		}
+		err = up.Wait()
+		r.cluster = cluster
+		if err != nil {
 			return err
 		}
 		r.res.Versions = cluster.Versions(hard)
@@ -474,6 +510,9 @@ func (r *run) startClients(ctx context.Context, image string, recipe targets.Rec
 		AcquireTimeout: targets.Duration(r.cfg.AcquireTimeout),
 		ReleaseTimeout: targets.Duration(r.cfg.StoreTimeout),
 		Work:           targets.Duration(r.cfg.Work),
+	}
+	if nr := r.res.NodeReuse; nr != nil {
+		cfg.KeyPrefix = nr.KeyPrefix
 	}
 	r.agentCfg = cfg
 	nodes := make([]runtime.Node, r.cfg.Concurrency)
@@ -606,15 +645,7 @@ func (r *run) cleanup() {
 		}
 	}
 	if r.rt != nil {
-		for _, n := range r.rt.Nodes() {
-			if err := writeLog(ctx, n, filepath.Join(r.dir, "logs", n.Name()+".log")); err != nil {
-				r.log.Warn("collect log", "node", n.Name(), "err", err)
-			}
-		}
-		if err := r.rt.Close(ctx); err != nil {
-			r.errs = append(r.errs, "cleanup: "+err.Error())
-			r.log.Error("cleanup", "err", err)
-		}
+		r.release(ctx)
 	}
 	if r.hw != nil {
 		if err := r.hw.Close(); err != nil {
@@ -623,12 +654,88 @@ func (r *run) cleanup() {
 	}
 }
 
-func writeLog(ctx context.Context, n runtime.Node, path string) error {
+// release collects the nodes' logs and removes the nodes, but for the
+// lock service's when the run hands them on to a later run (Deps.Pool).
+func (r *run) release(ctx context.Context) {
+	nr := r.res.NodeReuse
+	why := "no pool"
+	if nr != nil {
+		why = r.handOnBlocker()
+	}
+	// The logs of nodes shared with other runs are this run's part:
+	// from when the run before collected them, until now when they
+	// stay for the next.
+	var since, until time.Time
+	if r.took != nil {
+		since = r.took.since
+	}
+	if why == "" {
+		until = time.Now()
+	}
+	lock := map[runtime.Node]bool{}
+	if r.cluster != nil {
+		for _, n := range r.cluster.Nodes() {
+			lock[n] = true
+		}
+	}
+	for _, n := range r.rt.Nodes() {
+		from, to := time.Time{}, time.Time{}
+		if lock[n] {
+			from, to = since, until
+		}
+		if err := writeLog(ctx, n, filepath.Join(r.dir, "logs", n.Name()+".log"), from, to); err != nil {
+			r.log.Warn("collect log", "node", n.Name(), "err", err)
+		}
+	}
+	var kept runtime.Kept
+	if why == "" {
+		var err error
+		if kept, err = r.rt.(runtime.Keeper).Keep(r.cluster.Nodes()); err != nil {
+			why = "keep: " + err.Error()
+		}
+	}
+	if err := r.rt.Close(ctx); err != nil {
+		r.errs = append(r.errs, "cleanup: "+err.Error())
+		r.log.Error("cleanup", "err", err)
+		if kept != nil {
+			why = "the clean-up failed"
+			if err := kept.Close(ctx); err != nil {
+				r.log.Error("cleanup", "err", err)
+			}
+			kept = nil
+		}
+	}
+	if kept != nil {
+		e := &pooled{key: r.nodeKey, kept: kept, cluster: r.cluster, origin: r.runID, last: r.runID, since: until}
+		if r.took != nil {
+			e.origin, e.served = r.took.origin, r.took.served+1
+		} else {
+			e.served = 1
+		}
+		if !r.deps.Pool.put(ctx, e) {
+			why = "the pool was closed"
+			if err := kept.Close(ctx); err != nil {
+				r.errs = append(r.errs, "cleanup: "+err.Error())
+			}
+		}
+	}
+	if nr != nil {
+		nr.HandedOn, nr.Why = why == "", why
+		r.log.Info("lock service's nodes", "handed_on", nr.HandedOn, "why_not", why)
+	}
+}
+
+// writeLog writes n's log, between since and until (zero: open) when
+// the node can tell.
+func writeLog(ctx context.Context, n runtime.Node, path string, since, until time.Time) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	if wl, ok := n.(runtime.WindowLogger); ok && (!since.IsZero() || !until.IsZero()) {
+		return wl.LogsBetween(ctx, f, since, until)
+	}
 	return n.Logs(ctx, f)
 }
 

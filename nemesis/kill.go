@@ -93,10 +93,17 @@ type Kill struct {
 var (
 	_ Nemesis        = (*Kill)(nil)
 	_ HolderTargeter = (*Kill)(nil)
+	_ Traceless      = (*Kill)(nil)
 )
 
 // Name implements Nemesis.
 func (*Kill) Name() string { return "kill" }
+
+// TracelessOnNodes implements Traceless: a killed lock-service node
+// restarts with what it made durable and without the rest, which is not
+// the state it had; a kill of clients only leaves the service's nodes as
+// they were.
+func (*Kill) TracelessOnNodes() bool { return false }
 
 // TargetsHolders implements HolderTargeter.
 func (k *Kill) TargetsHolders() bool { return k.Weights[GroupHolder] > 0 }

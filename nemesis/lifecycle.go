@@ -111,6 +111,22 @@ type Wrapper interface {
 	Wrap(rt runtime.Runtime, dirs map[string][]string) (runtime.Runtime, error)
 }
 
+// Traceless is a nemesis whose healed faults leave a lock-service node as it
+// was before them, so that the node may serve a later run (the harness's
+// node reuse: validate and matrix --reuse-nodes). A run hands its
+// lock-service nodes on only when every nemesis in it implements Traceless
+// (one that does not may change nodes by being in the run at all: a clock
+// shim's offsets, a filesystem, a qdisc) and each fault that hit those nodes
+// is of one that says TracelessOnNodes.
+type Traceless interface {
+	// TracelessOnNodes reports whether this nemesis's faults on
+	// lock-service nodes, once healed, leave them as they were: a resumed
+	// pause and a partition whose rules are checked gone do; a kill does
+	// not (the restarted service keeps what it made durable, and forgets
+	// the rest).
+	TracelessOnNodes() bool
+}
+
 // Wrap passes rt through the Wrap of every [Wrapper] among nems, in order.
 func Wrap(rt runtime.Runtime, nems []Nemesis, dirs map[string][]string) (runtime.Runtime, error) {
 	for _, n := range nems {

@@ -318,10 +318,15 @@ type Partition struct {
 var (
 	_ Nemesis        = (*Partition)(nil)
 	_ HolderTargeter = (*Partition)(nil)
+	_ Traceless      = (*Partition)(nil)
 )
 
 // Name implements Nemesis.
 func (*Partition) Name() string { return "partition" }
+
+// TracelessOnNodes implements Traceless: its heal removes its chain from
+// every node and checks that no rule of it remains.
+func (*Partition) TracelessOnNodes() bool { return true }
 
 // TargetsHolders implements HolderTargeter: some of its topologies cut off
 // the clients holding a lock.

@@ -90,10 +90,15 @@ type Pause struct {
 var (
 	_ Nemesis        = (*Pause)(nil)
 	_ HolderTargeter = (*Pause)(nil)
+	_ Traceless      = (*Pause)(nil)
 )
 
 // Name implements Nemesis.
 func (*Pause) Name() string { return "pause" }
+
+// TracelessOnNodes implements Traceless: a resumed node runs on, its state
+// untouched (its heal sends SIGCONT and checks it).
+func (*Pause) TracelessOnNodes() bool { return true }
 
 // TargetsHolders implements HolderTargeter.
 func (p *Pause) TargetsHolders() bool { return p.Weights[GroupHolder] > 0 }

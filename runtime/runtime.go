@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/netip"
 	"syscall"
 	"time"
@@ -146,6 +147,43 @@ type Node interface {
 	Signal(ctx context.Context, sig syscall.Signal) error
 	// Logs writes the main process's output so far to w.
 	Logs(ctx context.Context, w io.Writer) error
+}
+
+// Keeper is implemented by runtimes whose nodes can outlive their run: the
+// nodes a run keeps, and the network they are on, serve a later run, which
+// takes them over instead of starting its own (the harness's node reuse).
+type Keeper interface {
+	// Keep marks nodes of this runtime to be left running, with their
+	// network, by Close, which removes the others as usual. It returns
+	// what is kept, for the next run; a node it cannot keep (an
+	// interactive one, or one of another runtime) is an error, and
+	// nothing is kept then.
+	Keep(nodes []Node) (Kept, error)
+}
+
+// Kept are the nodes and network a closed run left for a later one
+// ([Keeper.Keep]).
+//
+// A Kept serves one run at a time: Next or Close, once.
+type Kept interface {
+	// Next returns the runtime of run runID over the kept nodes: its
+	// Nodes begin with them (the same values), the nodes it starts are
+	// on their network and carry runID as a run's own do, and its Close
+	// removes all of them and the network, unless it keeps some again
+	// (it is a Keeper too).
+	Next(runID string, log *slog.Logger) (Runtime, error)
+	// Close removes the kept nodes and their network.
+	Close(ctx context.Context) error
+}
+
+// WindowLogger is implemented by nodes that can write the part of their
+// main process's output written between two moments: a node shared by
+// several runs writes into each run's results what it wrote during that
+// run.
+type WindowLogger interface {
+	// LogsBetween writes the output written at or after since and, unless
+	// until is zero, at or before until (a zero since: from the start).
+	LogsBetween(ctx context.Context, w io.Writer, since, until time.Time) error
 }
 
 // Console is implemented by nodes started with Interactive: the main

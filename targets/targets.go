@@ -217,6 +217,15 @@ type LeaderFinder interface {
 	Leader(ctx context.Context) (runtime.Node, error)
 }
 
+// HealthWaiter is implemented by clusters that can check, after a run,
+// that they serve as they did when Start returned (every member up, a
+// leader agreed on): the harness then lets a later run take their nodes
+// over (node reuse) once they pass.
+type HealthWaiter interface {
+	// WaitHealthy waits until the cluster serves, or timeout passes.
+	WaitHealthy(ctx context.Context, timeout time.Duration) error
+}
+
 // CutShort says that ctx is done or its deadline has passed. A client
 // whose socket deadline is ctx's sees its I/O time out a moment before ctx
 // reports an error, so a round of a lock recipe that failed when CutShort

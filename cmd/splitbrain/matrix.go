@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/splitbrain/splitbrain/checkers"
+	"github.com/splitbrain/splitbrain/harness"
 	"github.com/splitbrain/splitbrain/report"
 	"github.com/splitbrain/splitbrain/scenario"
 	"github.com/splitbrain/splitbrain/targets"
@@ -143,6 +144,9 @@ type matrixFlags struct {
 	repeat   int
 	rates    string
 	parallel int
+	// reuse hands the lock-service nodes of a run on to the next run of
+	// the same node configuration (--reuse-nodes).
+	reuse bool
 	// shard and shardCosts are --shard I/N and --shard-costs; plan is
 	// the split they make (nil: the whole set).
 	shard      string
@@ -155,6 +159,7 @@ func (m *matrixFlags) bind(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&m.junit, "junit", "", "also write the outcomes as JUnit XML to this file")
 	cmd.Flags().StringVar(&m.shard, "shard", "", "run only part I of N of the cells (e.g. 2/3), split by their expected durations the same way on every runner; each part writes its own results directory, and splitbrain merge puts them together (docs/ci.md)")
 	cmd.Flags().StringSliceVar(&m.shardCosts, "shard-costs", nil, "matrix.json files of earlier runs whose measured durations balance the --shard split (every runner must give the same files; default: time limit + 12s a run)")
+	cmd.Flags().BoolVar(&m.reuse, "reuse-nodes", false, "let a run take over the lock-service nodes (and network) of an earlier run with the same node configuration instead of starting its own, its locks under a key prefix of its own; a run hands its nodes on only when its faults healed without trace (no kill, clock, power-loss or packet fault of the service) and they pass a health check; results.json node_reuse says which (docs/performance.md)")
 	cmd.Flags().IntVar(&m.parallel, "parallel", 1, "runs side by side on the engine, each on its own network and address range (the verdicts are those of one at a time; the nightly set on 2 cores: 3 take 41% of the serial wall time, 2 take 55%)")
 }
 
@@ -208,6 +213,16 @@ func runSets(cmd *cobra.Command, g *globalFlags, sets []*scenario.Set, mf *matri
 	deps.Hard = hard
 	deps.Report = report.Write
 	deps.Images = onceImages(deps.Images)
+	if mf.reuse {
+		// Removed on every way out but SIGKILL (then: splitbrain clean).
+		deps.Pool = harness.NewPool(log)
+		deps.Pool.MaxIdle = max(2, mf.parallel)
+		defer func() {
+			if err := deps.Pool.Close(context.WithoutCancel(cmd.Context())); err != nil {
+				log.Error("remove the nodes kept for reuse (splitbrain clean removes them)", "err", err)
+			}
+		}()
+	}
 	rn := &scenario.Runner{Deps: deps, ResultsDir: mf.results, Progress: cmd.ErrOrStderr(), Repeat: mf.repeat, Parallel: mf.parallel, OnRow: onRow}
 	mf.plan.Apply(rn)
 	return rn.RunSets(soft, sets), nil

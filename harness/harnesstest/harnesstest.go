@@ -84,8 +84,32 @@ func (w *World) Deps(tb testing.TB) harness.Deps {
 
 func (w *World) newRun() Run {
 	locks, st := inmem.NewService(w.Service), store.NewMem(nil)
+	programs := w.programs(locks, st)
+	programs[inmem.Role] = locks.Program()
+	r := Run{Runtime: memrt.New(programs, nil), Locks: locks, Store: st}
+	r.Runtime.Handover = func(next *memrt.Runtime) { w.takeOver(next, locks) }
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last = r
+	return r
+}
+
+// takeOver gives a run that took over the lock node of an earlier run
+// (harness.Pool) a store and clients of its own, on the same lock service.
+func (w *World) takeOver(next *memrt.Runtime, locks *inmem.Service) {
+	st := store.NewMem(nil)
+	for role, p := range w.programs(locks, st) {
+		next.SetProgram(role, p)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.last = Run{Runtime: next, Locks: locks, Store: st}
+}
+
+// programs are the store's and the clients' programs of a run on locks
+// with store st.
+func (w *World) programs(locks *inmem.Service, st *store.Mem) map[string]memrt.Program {
 	programs := map[string]memrt.Program{
-		inmem.Role: locks.Program(),
 		runtime.RoleStore: func(ctx context.Context, p *memrt.Proc) error {
 			st.SetGate(p.Gate.WaitContext)
 			<-ctx.Done()
@@ -103,11 +127,7 @@ func (w *World) newRun() Run {
 			})
 		},
 	}
-	r := Run{Runtime: memrt.New(programs, nil), Locks: locks, Store: st}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.last = r
-	return r
+	return programs
 }
 
 // tbWriter writes to a test's log, so that it shows only on failure.

@@ -22,9 +22,11 @@ import (
 	"hash/fnv"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -107,9 +109,15 @@ type Runtime struct {
 	addrs   map[string]netip.Addr
 	nodes   []*Node
 	closed  bool
+	// kept are the nodes Close leaves running, with the network, for a
+	// later run (Keep); empty: Close removes everything.
+	kept map[*Node]bool
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime = (*Runtime)(nil)
+	_ runtime.Keeper  = (*Runtime)(nil)
+)
 
 // New creates the run's network on a free /24 of 10.231.0.0/16.
 func New(ctx context.Context, cli *client.Client, opts Options) (*Runtime, error) {
@@ -117,22 +125,31 @@ func New(ctx context.Context, cli *client.Client, opts Options) (*Runtime, error
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
 	r := &Runtime{cli: cli, opts: opts, addrs: map[string]netip.Addr{}, netName: "splitbrain-" + opts.RunID}
-	control, err := resolveControl(opts.Control, cli.DaemonHost())
-	if err != nil {
+	if err := r.makeConsoles(); err != nil {
 		return nil, err
-	}
-	if control == ControlSocket {
-		// Private to the harness's user: the sockets in it are the
-		// clients' consoles.
-		if r.consoles, err = os.MkdirTemp("", "splitbrain-console-"+opts.RunID+"-"); err != nil {
-			return nil, fmt.Errorf("console directory: %w", err)
-		}
 	}
 	if err := r.createNetwork(ctx); err != nil {
 		r.removeConsoles()
 		return nil, err
 	}
 	return r, nil
+}
+
+// makeConsoles makes the directory of the run's console sockets, when its
+// consoles are sockets.
+func (r *Runtime) makeConsoles() error {
+	control, err := resolveControl(r.opts.Control, r.cli.DaemonHost())
+	if err != nil {
+		return err
+	}
+	if control == ControlSocket {
+		// Private to the harness's user: the sockets in it are the
+		// clients' consoles.
+		if r.consoles, err = os.MkdirTemp("", "splitbrain-console-"+r.opts.RunID+"-"); err != nil {
+			return fmt.Errorf("console directory: %w", err)
+		}
+	}
+	return nil
 }
 
 // CheckControl reports an error unless control names a console channel
@@ -406,11 +423,12 @@ func (r *Runtime) isClosed() bool {
 }
 
 // Close implements runtime.Runtime: it removes every container and the
-// network, unless Keep was set; no node starts after it.
+// network, unless Keep was set (Options.Keep: everything stays; [Runtime.Keep]:
+// the nodes it named and the network stay); no node starts after it.
 func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
-	nodes := r.nodes
+	nodes, kept := r.nodes, r.kept
 	r.mu.Unlock()
 	for _, n := range nodes {
 		n.closeStdio()
@@ -420,26 +438,165 @@ func (r *Runtime) Close(ctx context.Context) error {
 		return nil
 	}
 	var errs []error
+	spare := map[string]bool{}
 	for _, n := range nodes {
+		if kept[n] {
+			spare[n.id] = true
+			continue
+		}
 		if err := r.cli.ContainerRemove(ctx, n.id, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove %s: %w", n.name, err))
 		}
 	}
 	// Sweep by label as well: a container the engine created although
 	// its create call returned an error (a lost reply) is in no list of
-	// ours, but it carries the run's label. The network goes with it.
-	if _, _, err := Clean(ctx, r.cli, r.opts.RunID); err != nil {
+	// ours, but it carries the run's label. The network goes with it,
+	// unless nodes on it are kept.
+	spareNet := ""
+	if len(kept) > 0 {
+		spareNet = r.netID
+	}
+	if _, _, err := clean(ctx, r.cli, r.opts.RunID, spare, spareNet); err != nil {
 		errs = append(errs, err)
-	} else if r.prefix.IsValid() {
-		unclaim(r.prefix)
+	}
+	if len(kept) == 0 {
+		// The network is another run's when this runtime took over kept
+		// nodes (Kept.Next): it carries that run's label.
+		if err := removeNetwork(ctx, r.cli, r.netID, r.netName, r.prefix); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	r.removeConsoles()
+	return errors.Join(errs...)
+}
+
+// removeNetwork removes the network id (gone already is no error) and frees
+// its subnet in this process.
+func removeNetwork(ctx context.Context, cli *client.Client, id, name string, prefix netip.Prefix) error {
+	if id == "" {
+		return nil
+	}
+	if err := cli.NetworkRemove(ctx, id); err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("remove network %s: %w", name, err)
+	}
+	if prefix.IsValid() {
+		unclaim(prefix)
+	}
+	return nil
+}
+
+// Keep implements runtime.Keeper: Close leaves nodes and the network in
+// place, and the Kept it returns gives them to the next run. Interactive
+// nodes are not kept (their consoles belong to this run).
+func (r *Runtime) Keep(nodes []runtime.Node) (runtime.Kept, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case r.closed:
+		return nil, errors.New("keep nodes: runtime closed")
+	case r.opts.Keep:
+		return nil, errors.New("keep nodes: the runtime keeps every node already (Options.Keep)")
+	case len(nodes) == 0:
+		return nil, errors.New("keep nodes: none named")
+	}
+	set := map[*Node]bool{}
+	for _, n := range nodes {
+		dn, ok := n.(*Node)
+		if !ok || !slices.Contains(r.nodes, dn) {
+			return nil, fmt.Errorf("keep node %s: not a node of this runtime", n.Name())
+		}
+		if dn.spec.Interactive {
+			return nil, fmt.Errorf("keep node %s: an interactive node's console is its run's", dn.name)
+		}
+		set[dn] = true
+	}
+	k := &kept{cli: r.cli, control: r.opts.Control, netID: r.netID, netName: r.netName, prefix: r.prefix, next: r.next, addrs: maps.Clone(r.addrs)}
+	for _, n := range r.nodes {
+		if set[n] {
+			k.nodes = append(k.nodes, n)
+		}
+	}
+	r.kept = set
+	return k, nil
+}
+
+// kept is what a Runtime kept for the next run.
+type kept struct {
+	cli     *client.Client
+	control string
+	netID   string
+	netName string
+	prefix  netip.Prefix
+	next    netip.Addr
+	addrs   map[string]netip.Addr
+	nodes   []*Node
+
+	mu   sync.Mutex
+	used bool
+}
+
+var _ runtime.Kept = (*kept)(nil)
+
+func (k *kept) use() error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.used {
+		return errors.New("kept nodes: already taken over or removed")
+	}
+	k.used = true
+	return nil
+}
+
+// Next implements runtime.Kept: the runtime of run runID over the kept
+// nodes and their network; the names it starts nodes under get the
+// addresses they had (their containers are gone).
+func (k *kept) Next(runID string, log *slog.Logger) (runtime.Runtime, error) {
+	if err := k.use(); err != nil {
+		return nil, err
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	r := &Runtime{cli: k.cli, opts: Options{RunID: runID, Control: k.control, Log: log},
+		netID: k.netID, netName: k.netName, prefix: k.prefix, next: k.next, addrs: k.addrs, nodes: k.nodes}
+	if err := r.makeConsoles(); err != nil {
+		k.used = false
+		return nil, err
+	}
+	for _, n := range k.nodes {
+		n.rt = r
+	}
+	log.Debug("took over kept nodes", "network", k.netName, "nodes", len(k.nodes))
+	return r, nil
+}
+
+// Close implements runtime.Kept: the kept containers and their network
+// are removed.
+func (k *kept) Close(ctx context.Context) error {
+	if err := k.use(); err != nil {
+		return nil
+	}
+	var errs []error
+	for _, n := range k.nodes {
+		if err := k.cli.ContainerRemove(ctx, n.id, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("remove %s: %w", n.name, err))
+		}
+	}
+	if len(errs) == 0 {
+		errs = append(errs, removeNetwork(ctx, k.cli, k.netID, k.netName, k.prefix))
+	}
 	return errors.Join(errs...)
 }
 
 // Clean removes every container and network labelled by a splitbrain run
 // (all runs when runID is empty), returning what it removed.
 func Clean(ctx context.Context, cli *client.Client, runID string) (containers, networks int, err error) {
+	return clean(ctx, cli, runID, nil, "")
+}
+
+// clean is Clean sparing the containers whose IDs are in spare and the
+// network spareNet (an ID; empty: none).
+func clean(ctx context.Context, cli *client.Client, runID string, spare map[string]bool, spareNet string) (containers, networks int, err error) {
 	f := filters.NewArgs()
 	if runID == "" {
 		f.Add("label", runtime.LabelRun)
@@ -452,6 +609,9 @@ func Clean(ctx context.Context, cli *client.Client, runID string) (containers, n
 	}
 	var errs []error
 	for _, c := range cs {
+		if spare[c.ID] {
+			continue
+		}
 		if err := cli.ContainerRemove(ctx, c.ID, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove container %s: %w", c.ID[:12], err))
 			continue
@@ -463,6 +623,9 @@ func Clean(ctx context.Context, cli *client.Client, runID string) (containers, n
 		return containers, 0, errors.Join(append(errs, fmt.Errorf("list networks: %w", err))...)
 	}
 	for _, n := range ns {
+		if n.ID == spareNet {
+			continue
+		}
 		if err := cli.NetworkRemove(ctx, n.ID); err != nil && !cerrdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove network %s: %w", n.Name, err))
 			continue
@@ -512,9 +675,10 @@ type Node struct {
 }
 
 var (
-	_ runtime.Node      = (*Node)(nil)
-	_ runtime.Console   = (*Node)(nil)
-	_ runtime.Restarter = (*Node)(nil)
+	_ runtime.Node         = (*Node)(nil)
+	_ runtime.Console      = (*Node)(nil)
+	_ runtime.Restarter    = (*Node)(nil)
+	_ runtime.WindowLogger = (*Node)(nil)
 )
 
 // Name implements runtime.Node.
@@ -730,7 +894,21 @@ func signalName(sig syscall.Signal) string {
 
 // Logs implements runtime.Node.
 func (n *Node) Logs(ctx context.Context, w io.Writer) error {
-	rc, err := n.rt.cli.ContainerLogs(ctx, n.id, container.LogsOptions{ShowStdout: true, ShowStderr: true, Timestamps: true})
+	return n.LogsBetween(ctx, w, time.Time{}, time.Time{})
+}
+
+// LogsBetween implements runtime.WindowLogger: the lines the engine
+// logged (and stamped) between since and until.
+func (n *Node) LogsBetween(ctx context.Context, w io.Writer, since, until time.Time) error {
+	opts := container.LogsOptions{ShowStdout: true, ShowStderr: true, Timestamps: true}
+	stamp := func(t time.Time) string { return fmt.Sprintf("%d.%09d", t.Unix(), t.Nanosecond()) }
+	if !since.IsZero() {
+		opts.Since = stamp(since)
+	}
+	if !until.IsZero() {
+		opts.Until = stamp(until)
+	}
+	rc, err := n.rt.cli.ContainerLogs(ctx, n.id, opts)
 	if err != nil {
 		return fmt.Errorf("logs of %s: %w", n.name, err)
 	}

@@ -2,6 +2,7 @@ package docker_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -488,4 +489,130 @@ func TestContract(t *testing.T) {
 		Network: true,
 		Timeout: time.Minute,
 	})
+}
+
+// TestKeepForNextRun: nodes a run keeps stay, with their network, when
+// its runtime closes; the next run's runtime takes them over (the same
+// nodes, its own nodes on their network under its own label, the names of
+// the first run's removed nodes at their addresses) and removes all at its
+// Close. A node's log is cut between the runs with no line lost or
+// repeated; kept nodes nobody takes over go at Kept.Close.
+func TestKeepForNextRun(t *testing.T) {
+	cli := testenv.Docker(t)
+	img := testenv.Images(t, cli, images.RoleClient)[images.RoleClient]
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	idA := fmt.Sprintf("ka%d", time.Now().UnixNano()%1e9)
+	idB := "kb" + idA[2:]
+	t.Cleanup(func() {
+		docker.Clean(context.Background(), cli, idA)
+		docker.Clean(context.Background(), cli, idB)
+	})
+	a, err := docker.New(ctx, cli, docker.Options{RunID: idA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counter := []string{"sh", "-c", "i=0; while :; do echo line $i; i=$((i+1)); sleep 0.05; done"}
+	n1, err := a.Start(ctx, runtime.NodeSpec{Name: "n1", Role: "test", Image: img, Cmd: counter})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c1, err := a.Start(ctx, runtime.NodeSpec{Name: "c1", Role: "test", Image: img, Cmd: []string{"cat"}, Interactive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Keep([]runtime.Node{n1, c1}); err == nil {
+		t.Fatal("an interactive node was kept")
+	}
+	kept, err := a.Keep([]runtime.Node{n1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	cut := time.Now()
+	var first bytes.Buffer
+	if err := n1.(runtime.WindowLogger).LogsBetween(ctx, &first, time.Time{}, cut); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c, n := leftovers(t, cli, idA); c != 1 || n != 1 {
+		t.Fatalf("after the first run's close: %d containers, %d networks of it, want n1 and the network", c, n)
+	}
+
+	rt, err := kept.Next(idB, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := rt.(*docker.Runtime)
+	if nodes := b.Nodes(); len(nodes) != 1 || nodes[0] != n1 || b.Network() != a.Network() {
+		t.Fatalf("the next runtime has %v on %s, want n1 on %s", nodes, b.Network(), a.Network())
+	}
+	c1b, err := b.Start(ctx, runtime.NodeSpec{Name: "c1", Role: "test", Image: img, Cmd: []string{"cat"}, Interactive: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c1b.Addr() != c1.Addr() {
+		t.Fatalf("c1 of the next run at %v, want %v", c1b.Addr(), c1.Addr())
+	}
+	if c, n := leftovers(t, cli, idB); c != 1 || n != 0 {
+		t.Fatalf("the next run's label: %d containers, %d networks, want its c1 only", c, n)
+	}
+	if _, err := runtime.Run(ctx, c1b, "true"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	var second bytes.Buffer
+	if err := n1.(runtime.WindowLogger).LogsBetween(ctx, &second, cut, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	numbers := func(s string) []int {
+		var out []int
+		for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+			var i int
+			if _, err := fmt.Sscanf(l[strings.Index(l, "line "):], "line %d", &i); err == nil {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	x, y := numbers(first.String()), numbers(second.String())
+	if len(x) == 0 || len(y) == 0 || x[0] != 0 || y[0] != x[len(x)-1]+1 {
+		t.Fatalf("the log cut at %v: %v, then %v", cut, x, y)
+	}
+	if err := kept.Close(ctx); err != nil { // taken over: nothing to do
+		t.Fatal(err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{idA, idB} {
+		if c, n := leftovers(t, cli, id); c != 0 || n != 0 {
+			t.Fatalf("after the next run's close: %d containers, %d networks of %s", c, n, id)
+		}
+	}
+
+	// Kept, never taken over: Kept.Close removes them.
+	a2, err := docker.New(ctx, cli, docker.Options{RunID: idA})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n2, err := a2.Start(ctx, runtime.NodeSpec{Name: "n1", Role: "test", Image: img, Cmd: []string{"sleep", "infinity"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept2, err := a2.Keep([]runtime.Node{n2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := kept2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c, n := leftovers(t, cli, idA); c != 0 || n != 0 {
+		t.Fatalf("after Kept.Close: %d containers, %d networks", c, n)
+	}
 }

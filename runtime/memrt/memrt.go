@@ -17,10 +17,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/splitbrain/splitbrain/runtime"
 )
@@ -121,9 +124,19 @@ type Runtime struct {
 	nodes  []*Node
 	execs  [][]string
 	closed bool
+	kept   map[*Node]bool
+
+	// Handover, when set, is called with the runtime of the next run
+	// when it takes over nodes this one kept (Kept.Next), before it
+	// starts any: the owner of the programs gives it those of its own
+	// nodes (SetProgram). The next runtime inherits it.
+	Handover func(next *Runtime)
 }
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime = (*Runtime)(nil)
+	_ runtime.Keeper  = (*Runtime)(nil)
+)
 
 // New returns a runtime running programs[role] for each node's role.
 // exec, when set, answers Exec calls; otherwise every command succeeds
@@ -153,7 +166,9 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.NodeSpec) (runtime.Nod
 	if len(spec.Devices) > 0 {
 		return nil, fmt.Errorf("memrt: node %s: the in-memory runtime gives nodes no devices (%v)", spec.Name, spec.Devices)
 	}
+	r.mu.Lock()
 	prog, ok := r.programs[spec.Role]
+	r.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("memrt: no program for role %q", spec.Role)
 	}
@@ -184,6 +199,91 @@ func (r *Runtime) Nodes() []runtime.Node {
 	return out
 }
 
+// SetProgram sets the program of the nodes of role that start from now on.
+func (r *Runtime) SetProgram(role string, p Program) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.programs = maps.Clone(r.programs)
+	r.programs[role] = p
+}
+
+// Keep implements runtime.Keeper: Close leaves nodes running.
+func (r *Runtime) Keep(nodes []runtime.Node) (runtime.Kept, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, errors.New("memrt: keep nodes: runtime closed")
+	}
+	if len(nodes) == 0 {
+		return nil, errors.New("memrt: keep nodes: none named")
+	}
+	set := map[*Node]bool{}
+	var keep []*Node
+	for _, n := range r.nodes {
+		if slices.ContainsFunc(nodes, func(m runtime.Node) bool { return m == runtime.Node(n) }) {
+			if n.spec.Interactive {
+				return nil, fmt.Errorf("memrt: keep node %s: an interactive node's console is its run's", n.spec.Name)
+			}
+			set[n] = true
+			keep = append(keep, n)
+		}
+	}
+	if len(keep) != len(nodes) {
+		return nil, errors.New("memrt: keep nodes: not all of them are nodes of this runtime")
+	}
+	r.kept = set
+	return &kept{programs: r.programs, exec: r.exec, next: r.next, addrs: maps.Clone(r.addrs), nodes: keep, handover: r.Handover}, nil
+}
+
+// kept are nodes a closed runtime left running for the next run.
+type kept struct {
+	programs map[string]Program
+	exec     ExecFunc
+	next     netip.Addr
+	addrs    map[string]netip.Addr
+	nodes    []*Node
+	handover func(*Runtime)
+
+	mu   sync.Mutex
+	used bool
+}
+
+func (k *kept) use() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.used {
+		return false
+	}
+	k.used = true
+	return true
+}
+
+// Next implements runtime.Kept.
+func (k *kept) Next(string, *slog.Logger) (runtime.Runtime, error) {
+	if !k.use() {
+		return nil, errors.New("memrt: kept nodes already taken over or removed")
+	}
+	r := &Runtime{programs: k.programs, exec: k.exec, next: k.next, addrs: k.addrs, nodes: k.nodes, Handover: k.handover}
+	for _, n := range k.nodes {
+		n.mu.Lock()
+		n.rt = r
+		n.mu.Unlock()
+	}
+	if k.handover != nil {
+		k.handover(r)
+	}
+	return r, nil
+}
+
+// Close implements runtime.Kept: the kept nodes' programs are cancelled
+// and waited for.
+func (k *kept) Close(ctx context.Context) error {
+	if !k.use() {
+		return nil
+	}
+	return stop(ctx, k.nodes)
+}
+
 // Execs returns every command exec'd so far, as "node argv...".
 func (r *Runtime) Execs() [][]string {
 	r.mu.Lock()
@@ -196,8 +296,18 @@ func (r *Runtime) Execs() [][]string {
 func (r *Runtime) Close(ctx context.Context) error {
 	r.mu.Lock()
 	r.closed = true
-	nodes := slices.Clone(r.nodes)
+	var nodes []*Node
+	for _, n := range r.nodes {
+		if !r.kept[n] {
+			nodes = append(nodes, n)
+		}
+	}
 	r.mu.Unlock()
+	return stop(ctx, nodes)
+}
+
+// stop cancels the programs of nodes and waits for them.
+func stop(ctx context.Context, nodes []*Node) error {
 	for _, n := range nodes {
 		n.kill()
 	}
@@ -233,12 +343,26 @@ type Node struct {
 	stdout io.Reader
 	err    error
 	logs   []byte
+	// marks are when each piece of logs was written: (time, offset).
+	marks []logMark
+}
+
+type logMark struct {
+	at  time.Time
+	off int
+}
+
+// logf appends a line to the node's log; n.mu is held.
+func (n *Node) logf(format string, args ...any) {
+	n.marks = append(n.marks, logMark{time.Now(), len(n.logs)})
+	n.logs = fmt.Appendf(n.logs, format, args...)
 }
 
 var (
-	_ runtime.Node      = (*Node)(nil)
-	_ runtime.Console   = (*Node)(nil)
-	_ runtime.Restarter = (*Node)(nil)
+	_ runtime.Node         = (*Node)(nil)
+	_ runtime.Console      = (*Node)(nil)
+	_ runtime.Restarter    = (*Node)(nil)
+	_ runtime.WindowLogger = (*Node)(nil)
 )
 
 func (n *Node) start() {
@@ -257,7 +381,7 @@ func (n *Node) start() {
 		inR.Close()
 		n.mu.Lock()
 		n.err = err
-		n.logs = fmt.Appendf(n.logs, "exited: %v\n", err)
+		n.logf("exited: %v\n", err)
 		n.mu.Unlock()
 	}()
 }
@@ -293,13 +417,16 @@ func (n *Node) Addr() netip.Addr { return n.addr }
 
 // Exec implements runtime.Node.
 func (n *Node) Exec(ctx context.Context, argv []string) (runtime.ExecResult, error) {
-	n.rt.mu.Lock()
-	n.rt.execs = append(n.rt.execs, append([]string{n.spec.Name}, argv...))
-	n.rt.mu.Unlock()
-	if n.rt.exec == nil {
+	n.mu.Lock()
+	rt := n.rt
+	n.mu.Unlock()
+	rt.mu.Lock()
+	rt.execs = append(rt.execs, append([]string{n.spec.Name}, argv...))
+	rt.mu.Unlock()
+	if rt.exec == nil {
 		return runtime.ExecResult{}, nil
 	}
-	return n.rt.exec(ctx, n.spec.Name, argv)
+	return rt.exec(ctx, n.spec.Name, argv)
 }
 
 // Signal implements runtime.Node.
@@ -324,7 +451,7 @@ func (n *Node) Signal(ctx context.Context, sig syscall.Signal) error {
 		return fmt.Errorf("memrt: signal %v not supported", sig)
 	}
 	n.mu.Lock()
-	n.logs = fmt.Appendf(n.logs, "signal %v\n", sig)
+	n.logf("signal %v\n", sig)
 	n.mu.Unlock()
 	return nil
 }
@@ -334,6 +461,28 @@ func (n *Node) Logs(_ context.Context, w io.Writer) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	_, err := w.Write(n.logs)
+	return err
+}
+
+// LogsBetween implements runtime.WindowLogger: the lines logged between
+// since and until.
+func (n *Node) LogsBetween(_ context.Context, w io.Writer, since, until time.Time) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	from, to := len(n.logs), len(n.logs)
+	for _, m := range n.marks {
+		if from == len(n.logs) && !m.at.Before(since) {
+			from = m.off
+		}
+		if !until.IsZero() && m.at.After(until) {
+			to = m.off
+			break
+		}
+	}
+	if from > to {
+		from = to
+	}
+	_, err := w.Write(n.logs[from:to])
 	return err
 }
 

@@ -98,7 +98,10 @@ type Cluster struct {
 	nodes []runtime.Node
 }
 
-var _ targets.Cluster = (*Cluster)(nil)
+var (
+	_ targets.Cluster      = (*Cluster)(nil)
+	_ targets.HealthWaiter = (*Cluster)(nil)
+)
 
 // Nodes implements targets.Cluster.
 func (c *Cluster) Nodes() []runtime.Node { return c.nodes }

@@ -21,6 +21,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"time"
 
@@ -244,6 +246,13 @@ func (s *Service) Holder(key string) (client string, token uint64, ok bool) {
 	defer s.mu.Unlock()
 	h, ok := s.live(key)
 	return h.client, h.token, ok
+}
+
+// Keys returns the keys the service ever granted, sorted.
+func (s *Service) Keys() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Sorted(maps.Keys(s.tokens))
 }
 
 // Stats returns the counters.

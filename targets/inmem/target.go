@@ -3,6 +3,7 @@ package inmem
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
@@ -58,7 +59,19 @@ type Cluster struct {
 	node runtime.Node
 }
 
-var _ targets.Cluster = (*Cluster)(nil)
+var (
+	_ targets.Cluster      = (*Cluster)(nil)
+	_ targets.HealthWaiter = (*Cluster)(nil)
+)
+
+// WaitHealthy implements targets.HealthWaiter: the node answers a command
+// (the service in it serves while its program runs).
+func (c *Cluster) WaitHealthy(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := c.node.Exec(ctx, []string{"true"})
+	return err
+}
 
 // Nodes implements targets.Cluster.
 func (c *Cluster) Nodes() []runtime.Node { return []runtime.Node{c.node} }

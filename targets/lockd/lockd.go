@@ -209,6 +209,7 @@ type Cluster struct {
 
 var (
 	_ targets.Cluster      = (*Cluster)(nil)
+	_ targets.HealthWaiter = (*Cluster)(nil)
 	_ targets.LeaderFinder = (*Cluster)(nil)
 )
 

@@ -178,7 +178,16 @@ type Cluster struct {
 	node runtime.Node
 }
 
-var _ targets.Cluster = (*Cluster)(nil)
+var (
+	_ targets.Cluster      = (*Cluster)(nil)
+	_ targets.HealthWaiter = (*Cluster)(nil)
+)
+
+// WaitHealthy implements targets.HealthWaiter: the server accepts
+// connections and is out of recovery.
+func (c *Cluster) WaitHealthy(ctx context.Context, timeout time.Duration) error {
+	return WaitHealthy(ctx, c.node, timeout)
+}
 
 // Nodes implements targets.Cluster.
 func (c *Cluster) Nodes() []runtime.Node { return []runtime.Node{c.node} }

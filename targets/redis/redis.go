@@ -18,6 +18,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/splitbrain/splitbrain/runtime"
 	"github.com/splitbrain/splitbrain/targets"
@@ -63,6 +64,18 @@ func (Target) Start(ctx context.Context, rt runtime.Runtime, opts targets.Option
 
 type cluster struct {
 	node runtime.Node
+}
+
+var (
+	_ targets.Cluster      = (*cluster)(nil)
+	_ targets.HealthWaiter = (*cluster)(nil)
+)
+
+// WaitHealthy implements targets.HealthWaiter: Redis answers PING.
+func (c *cluster) WaitHealthy(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return node.WaitReady(ctx, c.node)
 }
 
 func (c *cluster) Nodes() []runtime.Node { return []runtime.Node{c.node} }

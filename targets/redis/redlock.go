@@ -19,6 +19,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/runtime"
@@ -102,7 +103,22 @@ type redlockCluster struct {
 	nodes []runtime.Node
 }
 
-var _ targets.Cluster = (*redlockCluster)(nil)
+var (
+	_ targets.Cluster      = (*redlockCluster)(nil)
+	_ targets.HealthWaiter = (*redlockCluster)(nil)
+)
+
+// WaitHealthy implements targets.HealthWaiter: every master answers PING.
+func (c *redlockCluster) WaitHealthy(ctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for _, n := range c.nodes {
+		if err := node.WaitReady(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 func (c *redlockCluster) Nodes() []runtime.Node { return c.nodes }
 

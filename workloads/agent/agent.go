@@ -229,7 +229,7 @@ func (a *agent) criticalSection(ctx context.Context, op OpRequest, start int64) 
 		return a.readModifyWrite(ctx, op, 0)
 	}
 	actx, cancel := context.WithTimeout(ctx, time.Duration(a.cfg.AcquireTimeout))
-	lease, err := a.locker.Acquire(actx, op.Key)
+	lease, err := a.locker.Acquire(actx, a.cfg.KeyPrefix+op.Key)
 	cancel()
 	if err != nil {
 		kind := history.ErrLockUnavailable

@@ -75,6 +75,11 @@ type Config struct {
 	// Work is the time spent in the critical section between the read and
 	// the write (the "slow work" a real holder does).
 	Work targets.Duration `json:"work"`
+	// KeyPrefix goes before every key the lock client is asked to lock
+	// (the counter store's keys stay the workload's own): a run on
+	// lock-service nodes that served an earlier run takes its locks in a
+	// namespace of its own, apart from what that run left there.
+	KeyPrefix string `json:"key_prefix,omitempty"`
 }
 
 // OpRequest is one operation.
