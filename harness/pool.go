@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/splitbrain/splitbrain/history"
 	"github.com/splitbrain/splitbrain/internal/option"
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/runtime"
@@ -231,26 +230,9 @@ func (r *run) takeOver(ctx context.Context) *pooled {
 	}
 }
 
-// takeOverHealth bounds the health check of nodes taken over: they were
-// serving when handed on, so a set that needs longer is not reused.
+// takeOverHealth bounds the health checks of nodes handed on and taken
+// over: a set that needs longer to serve is not reused.
 const takeOverHealth = 20 * time.Second
-
-// observeFaults records, from the history, every fault's kind and targets
-// (to tell at the end which faults hit lock-service nodes).
-func (r *run) observeFaults(ev history.Event) {
-	if ev.Type != history.Nemesis || ev.Phase == history.PhaseEnd {
-		return
-	}
-	r.faultsMu.Lock()
-	defer r.faultsMu.Unlock()
-	r.faultHits = append(r.faultHits, faultHit{kind: ev.F, targets: slices.Clone(ev.Targets)})
-}
-
-// faultHit is a fault's kind and the nodes it named.
-type faultHit struct {
-	kind    string
-	targets []string
-}
 
 // handOnBlocker says why the run must not hand its lock-service nodes on;
 // empty when it may.
@@ -274,32 +256,27 @@ func (r *run) handOnBlocker() string {
 	if r.took != nil && r.took.served+1 >= r.deps.Pool.maxRuns() {
 		return fmt.Sprintf("the nodes served %d runs, the most one set serves", r.took.served+1)
 	}
-	traceless := map[string]bool{}
 	for _, n := range r.nems {
 		t, ok := n.(nemesis.Traceless)
 		if !ok {
 			return fmt.Sprintf("nemesis %s may leave traces in the nodes", n.Name())
 		}
-		traceless[n.Name()] = t.TracelessOnNodes()
-	}
-	lock := map[string]bool{}
-	for _, n := range r.cluster.Nodes() {
-		lock[n.Name()] = true
-	}
-	r.faultsMu.Lock()
-	defer r.faultsMu.Unlock()
-	for _, h := range r.faultHits {
-		if traceless[h.kind] {
-			continue
-		}
-		if len(h.targets) == 0 {
-			return fmt.Sprintf("a %s fault named no node", h.kind)
-		}
-		for _, t := range h.targets {
-			if lock[t] {
-				return fmt.Sprintf("a %s fault hit lock-service node %s", h.kind, t)
-			}
+		if !t.TracelessOnNodes() {
+			return fmt.Sprintf("nemesis %s may change the lock service's nodes", n.Name())
 		}
 	}
 	return ""
+}
+
+// checkNodes makes sure, after the run, that no nemesis left anything in
+// the lock service's nodes and that they serve; the error says what is
+// wrong.
+func (r *run) checkNodes(ctx context.Context) error {
+	nodes := r.cluster.Nodes()
+	for _, n := range r.nems {
+		if err := n.(nemesis.Traceless).CheckClean(ctx, nodes); err != nil {
+			return fmt.Errorf("nemesis %s: %w", n.Name(), err)
+		}
+	}
+	return r.cluster.(targets.HealthWaiter).WaitHealthy(ctx, takeOverHealth)
 }

@@ -3,6 +3,7 @@ package harness_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -63,12 +64,12 @@ func runLog(t *testing.T, dir, node string) string {
 	return string(b)
 }
 
-// TestPoolHandsNodesOn: a run whose faults healed without trace hands its
+// TestPoolHandsNodesOn: a run whose faults heal without trace hands its
 // lock-service node on; the next run of the same node configuration takes
 // it over (the same service, a store and clients of its own), locks its
 // keys under its own prefix, judges as any run, and writes into its logs
-// only what the node wrote during it. A run that kills the node takes it
-// over but does not hand it on; Close removes what the pool holds.
+// only what the node wrote during it. A run that may kill the node takes
+// it over but does not hand it on; Close removes what the pool holds.
 func TestPoolHandsNodesOn(t *testing.T) {
 	var w harnesstest.World
 	pool := harness.NewPool(nil)
@@ -125,13 +126,13 @@ func TestPoolHandsNodesOn(t *testing.T) {
 		t.Fatalf("node log not cut between the runs:\nA: %q\nB: %q\nall: %q", logA, logB, nodeLog(t, nodeA))
 	}
 
-	// C: kills the lock node: takes it over, does not hand it on.
+	// C: may kill the lock node: takes it over, does not hand it on.
 	c, err := harness.Run(ctx, poolConfig(t, "kill", 9, nemesis.Weights{nemesis.GroupNode: 1}), deps)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rc := c.Results.NodeReuse
-	if rc == nil || rc.From != a.Results.RunID || rc.After != b.Results.RunID || rc.Served != 2 || rc.HandedOn || !strings.Contains(rc.Why, "kill fault hit lock-service node n1") {
+	if rc == nil || rc.From != a.Results.RunID || rc.After != b.Results.RunID || rc.Served != 2 || rc.HandedOn || rc.Why != "nemesis kill may change the lock service's nodes" {
 		t.Fatalf("run C's node_reuse %+v, want nodes from %s after %s, not handed on for the kill", rc, a.Results.RunID, b.Results.RunID)
 	}
 	if pool.Idle() != 0 || !strings.Contains(nodeLog(t, nodeA), "exited") {
@@ -204,6 +205,23 @@ func TestPoolBounds(t *testing.T) {
 	}
 	if err := pool.Close(ctx); err != nil {
 		t.Fatal(err)
+	}
+
+	// Nodes that fail their check after the run are not handed on.
+	sick := harnesstest.World{Exec: func(_ context.Context, node string, argv []string) (runtime.ExecResult, error) {
+		if node == "n1" && slices.Equal(argv, []string{"true"}) {
+			return runtime.ExecResult{ExitCode: 1}, fmt.Errorf("true: %w", runtime.ErrExit)
+		}
+		return runtime.ExecResult{}, nil
+	}}
+	sickDeps := sick.Deps(t)
+	sickDeps.Pool = pool
+	out, err = harness.Run(ctx, poolConfig(t, "pause", 31, nemesis.Weights{nemesis.GroupHolder: 1}), sickDeps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := out.Results.NodeReuse; r.HandedOn || !strings.HasPrefix(r.Why, "after the run: ") || pool.Idle() != 0 {
+		t.Fatalf("nodes that fail their health check after the run: %+v, %d pooled", r, pool.Idle())
 	}
 
 	deps.Pool = nil

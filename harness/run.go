@@ -208,14 +208,12 @@ type run struct {
 	clientCaps []string
 
 	// Node reuse (Deps.Pool): the run's node key, the pooled nodes it
-	// took over (nil: it started its own), its cluster, whether it
-	// completed (no error, no interrupt) and the faults it recorded.
+	// took over (nil: it started its own), its cluster and whether it
+	// completed (no error, no interrupt).
 	nodeKey   string
 	took      *pooled
 	cluster   targets.Cluster
 	completed bool
-	faultsMu  sync.Mutex
-	faultHits []faultHit
 }
 
 func (r *run) prepareDir() error {
@@ -324,7 +322,6 @@ func (r *run) execute(ctx context.Context) error {
 	}
 	pooling := r.deps.Pool != nil && !r.cfg.Keep && reusable(nems)
 	if pooling {
-		defer r.hw.Observe(r.observeFaults)()
 		r.res.NodeReuse = &NodeReuse{KeyPrefix: r.runID + "-"}
 	}
 	r.rec = history.NewRecorder(r.hw, history.NewMonotonicClock())
@@ -660,7 +657,11 @@ func (r *run) release(ctx context.Context) {
 	nr := r.res.NodeReuse
 	why := "no pool"
 	if nr != nil {
-		why = r.handOnBlocker()
+		if why = r.handOnBlocker(); why == "" {
+			if err := r.checkNodes(ctx); err != nil {
+				why = "after the run: " + err.Error()
+			}
+		}
 	}
 	// The logs of nodes shared with other runs are this run's part:
 	// from when the run before collected them, until now when they

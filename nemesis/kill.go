@@ -101,9 +101,14 @@ func (*Kill) Name() string { return "kill" }
 
 // TracelessOnNodes implements Traceless: a killed lock-service node
 // restarts with what it made durable and without the rest, which is not
-// the state it had; a kill of clients only leaves the service's nodes as
-// they were.
-func (*Kill) TracelessOnNodes() bool { return false }
+// the state it had, so only a kill whose weights pick no lock-service node
+// (clients, holders, the store) leaves them as they were.
+func (k *Kill) TracelessOnNodes() bool {
+	return k.Weights[GroupNode] <= 0 && k.Weights[GroupLeader] <= 0
+}
+
+// CheckClean implements Traceless: a kill installs nothing.
+func (*Kill) CheckClean(context.Context, []runtime.Node) error { return nil }
 
 // TargetsHolders implements HolderTargeter.
 func (k *Kill) TargetsHolders() bool { return k.Weights[GroupHolder] > 0 }

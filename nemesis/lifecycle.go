@@ -115,16 +115,21 @@ type Wrapper interface {
 // was before them, so that the node may serve a later run (the harness's
 // node reuse: validate and matrix --reuse-nodes). A run hands its
 // lock-service nodes on only when every nemesis in it implements Traceless
-// (one that does not may change nodes by being in the run at all: a clock
-// shim's offsets, a filesystem, a qdisc) and each fault that hit those nodes
-// is of one that says TracelessOnNodes.
+// and says TracelessOnNodes (one that does not may change nodes by being in
+// the run at all: a clock shim's offsets, a filesystem, a qdisc) and each
+// finds the nodes clean after the run.
 type Traceless interface {
-	// TracelessOnNodes reports whether this nemesis's faults on
-	// lock-service nodes, once healed, leave them as they were: a resumed
-	// pause and a partition whose rules are checked gone do; a kill does
-	// not (the restarted service keeps what it made durable, and forgets
-	// the rest).
+	// TracelessOnNodes reports whether this nemesis, with its settings,
+	// leaves the lock service's nodes as they were once its faults are
+	// healed, whether or not a fault was recorded (an injection cut short
+	// may have done its work without a record): a pause (resumed) and a
+	// partition (its rules removed) do, and a kill of clients; a kill that
+	// may pick a lock-service node does not (the restarted service keeps
+	// what it made durable and forgets the rest).
 	TracelessOnNodes() bool
+	// CheckClean makes sure nodes hold nothing this nemesis installed, once
+	// the run is healed, and says what remains: nil when they are clean.
+	CheckClean(ctx context.Context, nodes []runtime.Node) error
 }
 
 // Wrap passes rt through the Wrap of every [Wrapper] among nems, in order.

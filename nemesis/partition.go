@@ -328,6 +328,13 @@ func (*Partition) Name() string { return "partition" }
 // every node and checks that no rule of it remains.
 func (*Partition) TracelessOnNodes() bool { return true }
 
+// CheckClean implements Traceless: its chain is removed from nodes (again:
+// an injection that failed half-way heals what it installed, but only
+// warns when that heal fails) and checked gone.
+func (*Partition) CheckClean(ctx context.Context, nodes []runtime.Node) error {
+	return Heal(ctx, nodes)
+}
+
 // TargetsHolders implements HolderTargeter: some of its topologies cut off
 // the clients holding a lock.
 func (p *Partition) TargetsHolders() bool {

@@ -100,6 +100,11 @@ func (*Pause) Name() string { return "pause" }
 // untouched (its heal sends SIGCONT and checks it).
 func (*Pause) TracelessOnNodes() bool { return true }
 
+// CheckClean implements Traceless: nothing stays installed (the harness
+// resumes every node at the end; a service that does not answer fails the
+// health check that follows).
+func (*Pause) CheckClean(context.Context, []runtime.Node) error { return nil }
+
 // TargetsHolders implements HolderTargeter.
 func (p *Pause) TargetsHolders() bool { return p.Weights[GroupHolder] > 0 }
 

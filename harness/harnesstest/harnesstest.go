@@ -27,8 +27,10 @@ import (
 )
 
 // World wires harness runs in memory. Each run gets its own runtime, lock
-// service and store, as a real run gets fresh containers; the last run's
-// stay for the test to look at. The zero World is ready to use.
+// service and store, as a real run gets fresh containers (a run that takes
+// over an earlier run's lock node from a harness.Pool gets a store and
+// clients of its own on that run's service); the last run's stay for the
+// test to look at. The zero World is ready to use.
 type World struct {
 	// Service configures each run's lock service.
 	Service inmem.Options
@@ -38,6 +40,9 @@ type World struct {
 	// Lockers are more lock clients the agents can make, by recipe kind
 	// (a recipe registered by the test), besides the in-memory one.
 	Lockers map[string]targets.LockerFactory
+	// Exec, when set, answers the commands run in the nodes (memrt.New);
+	// otherwise every command succeeds.
+	Exec memrt.ExecFunc
 
 	mu   sync.Mutex
 	last Run
@@ -86,7 +91,7 @@ func (w *World) newRun() Run {
 	locks, st := inmem.NewService(w.Service), store.NewMem(nil)
 	programs := w.programs(locks, st)
 	programs[inmem.Role] = locks.Program()
-	r := Run{Runtime: memrt.New(programs, nil), Locks: locks, Store: st}
+	r := Run{Runtime: memrt.New(programs, w.Exec), Locks: locks, Store: st}
 	r.Runtime.Handover = func(next *memrt.Runtime) { w.takeOver(next, locks) }
 	w.mu.Lock()
 	defer w.mu.Unlock()
