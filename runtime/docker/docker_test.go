@@ -528,7 +528,21 @@ func TestKeepForNextRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Lines on both sides of the cut, however slow the engine.
+	logged := func(since time.Time) {
+		t.Helper()
+		err := runtime.Poll(ctx, "the counter's lines", time.Minute, 100*time.Millisecond, func(ctx context.Context) error {
+			var b bytes.Buffer
+			if err := n1.(runtime.WindowLogger).LogsBetween(ctx, &b, since, time.Time{}); err != nil || !strings.Contains(b.String(), "line ") {
+				return fmt.Errorf("no line yet (%v)", err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	logged(time.Time{})
 	cut := time.Now()
 	var first bytes.Buffer
 	if err := n1.(runtime.WindowLogger).LogsBetween(ctx, &first, time.Time{}, cut); err != nil {
@@ -562,7 +576,7 @@ func TestKeepForNextRun(t *testing.T) {
 	if _, err := runtime.Run(ctx, c1b, "true"); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(300 * time.Millisecond)
+	logged(cut)
 	var second bytes.Buffer
 	if err := n1.(runtime.WindowLogger).LogsBetween(ctx, &second, cut, time.Time{}); err != nil {
 		t.Fatal(err)
