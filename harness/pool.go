@@ -256,7 +256,14 @@ func (r *run) handOnBlocker() string {
 	if r.took != nil && r.took.served+1 >= r.deps.Pool.maxRuns() {
 		return fmt.Sprintf("the nodes served %d runs, the most one set serves", r.took.served+1)
 	}
-	for _, n := range r.nems {
+	return tracelessBlocker(r.nems)
+}
+
+// tracelessBlocker names the first of nems that may leave the lock
+// service's nodes other than they were, by its settings; empty when none
+// does.
+func tracelessBlocker(nems []nemesis.Nemesis) string {
+	for _, n := range nems {
 		t, ok := n.(nemesis.Traceless)
 		if !ok {
 			return fmt.Sprintf("nemesis %s may leave traces in the nodes", n.Name())
@@ -266,6 +273,15 @@ func (r *run) handOnBlocker() string {
 		}
 	}
 	return ""
+}
+
+// HandsOnNodes reports whether a run of the plan may hand its
+// lock-service nodes on to a later run (Deps.Pool), as far as its settings
+// tell: no nemesis starts them its own way and each leaves them as they
+// were. The run still hands them on only if it completes and they pass
+// their checks after it.
+func (p *Plan) HandsOnNodes() bool {
+	return !p.cfg.Keep && reusable(p.nemeses) && tracelessBlocker(p.nemeses) == ""
 }
 
 // checkNodes makes sure, after the run, that no nemesis left anything in

@@ -2,6 +2,7 @@ package scenario
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"embed"
 	"encoding/json"
@@ -762,6 +763,26 @@ func (rn *Runner) RunSets(ctx context.Context, sets []*Set) []*Matrix {
 			}
 		}
 	}
+	// With a pool of lock-service nodes (Deps.Pool), each set's runs that
+	// may hand their nodes on go first and those whose faults may change
+	// them (a kill of the service) last, which then take nodes over
+	// instead of ending a chain. The rows stay in the set's order.
+	order := make([]int, len(jobs))
+	for i := range order {
+		order[i] = i
+	}
+	if rn.Deps.Pool != nil {
+		late := make([]bool, len(jobs))
+		for i, j := range jobs {
+			late[i] = !rn.handsOn(sets[j.set], j.job)
+		}
+		slices.SortStableFunc(order, func(a, b int) int {
+			if c := cmp.Compare(jobs[a].set, jobs[b].set); c != 0 {
+				return c
+			}
+			return cmp.Compare(b2i(late[a]), b2i(late[b]))
+		})
+	}
 	rows := make([]*Row, len(jobs))
 	workers := max(1, min(rn.Parallel, len(jobs)))
 	var (
@@ -775,12 +796,13 @@ func (rn *Runner) RunSets(ctx context.Context, sets []*Set) []*Matrix {
 			defer wg.Done()
 			for {
 				mu.Lock()
-				i := next
+				k := next
 				next++
 				mu.Unlock()
-				if i >= len(jobs) || ctx.Err() != nil {
+				if k >= len(jobs) || ctx.Err() != nil {
 					return
 				}
+				i := order[k]
 				j := jobs[i]
 				row := rn.one(ctx, sets[j.set], j.sc, j.e, j.target, j.client, j.seed, j.expect)
 				row.Rep = j.rep
@@ -820,8 +842,28 @@ func newRow(sc Scenario, target, client string, seed uint64, rep int, expect Exp
 		Expected: expect, Verdicts: Verdicts{Verdict: checkers.Unknown}, RunConfig: RunConfig{UnderTest: sc.UnderTest()}}
 }
 
-func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, e Entry, target, client string, seed uint64, expect Expect) Row {
-	row := newRow(sc, target, client, seed, 0, expect)
+// b2i is 1 for true.
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// handsOn says whether job's run may hand its lock-service nodes on
+// (harness.Plan.HandsOnNodes); false when it cannot be planned.
+func (rn *Runner) handsOn(set *Set, j job) bool {
+	cfg, _, err := rn.config(set, j.sc, j.e, j.target, j.client, j.seed)
+	if err != nil {
+		return false
+	}
+	p, err := harness.Prepare(cfg, rn.Deps.Backends)
+	return err == nil && p.HandsOnNodes()
+}
+
+// config is the harness config of a run of sc (entry e) on target with
+// client and seed, and the target's backend.
+func (rn *Runner) config(set *Set, sc Scenario, e Entry, target, client string, seed uint64) (harness.Config, targets.Backend, error) {
 	base := harness.DefaultConfig()
 	base.TimeLimit, base.Seed, base.ResultsDir = set.TimeLimit, seed, rn.ResultsDir
 	lookup := rn.Deps.Backends
@@ -830,17 +872,25 @@ func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, e Entry, targe
 	}
 	b, err := lookup(target)
 	if err != nil {
-		row.Error = err.Error()
-		return row
+		return harness.Config{}, targets.Backend{}, err
 	}
 	cfg, err := e.config(sc, b, client, base)
 	if err != nil {
-		row.Error = err.Error()
-		return row
+		return harness.Config{}, targets.Backend{}, err
 	}
 	if set.EarlyEnd && sc.EndAfterRounds > 0 {
 		// Each kind lands once a round (nemesis.Run).
 		cfg.EndAfterFaults = sc.EndAfterRounds * (strings.Count(cfg.Nemesis, ",") + 1)
+	}
+	return cfg, b, nil
+}
+
+func (rn *Runner) one(ctx context.Context, set *Set, sc Scenario, e Entry, target, client string, seed uint64, expect Expect) Row {
+	row := newRow(sc, target, client, seed, 0, expect)
+	cfg, b, err := rn.config(set, sc, e, target, client, seed)
+	if err != nil {
+		row.Error = err.Error()
+		return row
 	}
 	row.Fenced, row.Options = cfg.Workload == workloads.FencedCounter && cfg.Bypass == "", cfg.RecipeOptions
 	if r, err := targets.LookupRecipe(cfg.Client); err == nil {

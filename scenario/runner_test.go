@@ -291,3 +291,53 @@ scenarios:
 		t.Fatalf("ended early %v after %d faults, test phase %v: want an early end after 2", res.EndedEarly, res.Config.EndAfterFaults, res.Phases["test"])
 	}
 }
+
+// TestRunnerReuseOrder: with a pool of lock-service nodes, a set's runs
+// that may hand their nodes on run first and those that may kill the
+// service after them, taking the nodes over; the rows keep the set's order.
+func TestRunnerReuseOrder(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the harness for about 15s")
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "order.yaml")
+	set := `name: order
+time_limit: 7s
+seeds: [1]
+scenarios:
+  - {name: token-across-restarts, targets: [redis]}
+  - {name: unchecked-release, targets: [redis]}
+`
+	if err := os.WriteFile(path, []byte(set), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := LoadSet(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := harnesstest.World{Target: inmem.Target{Alias: "redis"}}
+	deps := w.Deps(t)
+	deps.Pool = harness.NewPool(nil)
+	defer deps.Pool.Close(context.Background())
+	rn := &Runner{Deps: deps, ResultsDir: filepath.Join(dir, "results")}
+	m := rn.Run(context.Background(), s)
+	if len(m.Rows) != 2 || m.Rows[0].Scenario != "token-across-restarts" || m.Rows[1].Scenario != "unchecked-release" {
+		t.Fatalf("rows %+v, want the set's order", m.Rows)
+	}
+	reuse := func(r Row) *harness.NodeReuse {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(r.Dir, "results.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res harness.Results
+		if err := json.Unmarshal(b, &res); err != nil || res.NodeReuse == nil {
+			t.Fatalf("%s: node_reuse %+v (%v)", r.Scenario, res.NodeReuse, err)
+		}
+		return res.NodeReuse
+	}
+	killer, pauser := reuse(m.Rows[0]), reuse(m.Rows[1])
+	if pauser.From != "" || !pauser.HandedOn || killer.From == "" || killer.From != strings.TrimSuffix(pauser.KeyPrefix, "-") || killer.HandedOn {
+		t.Fatalf("token-across-restarts %+v, unchecked-release %+v: want the pause's run first, handing its node to the kill's", killer, pauser)
+	}
+}
