@@ -61,6 +61,7 @@ func noErrors(t *testing.T, res map[string]any) {
 // jumps make the robbed holder's late write follow from nearly every jump,
 // not from how a loaded machine happens to time a 300 ms section.
 func TestClockRedisVerdicts(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	common := []string{"run", "--target", "redis", "--nemesis", "clock", "--time-limit", "15s",
@@ -136,6 +137,7 @@ func TestClockRedisVerdicts(t *testing.T) {
 // in 20 s, so that a client jumped while it waits steals even on a loaded
 // machine (2 jumps of 2-6 s in 15 s once gave no overlap under load).
 func TestClockRedisClientExpiry(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	code, res, _ := e2eRun(t, "run", "--target", "redis", "--workload", "unfenced-counter", "--nemesis", "clock",
@@ -162,8 +164,15 @@ func TestClockRedisClientExpiry(t *testing.T) {
 
 // TestClockRaftFencedValid: etcd and lockd under clock bumps and strobes of
 // nodes and holders, CLOCK_MONOTONIC included (what their leases are timed
-// with), keep the data correct with fencing.
+// with), keep the data correct with fencing. A forward jump of the
+// leader's CLOCK_MONOTONIC expires its leases early, so the lock may come
+// out invalid for mutual exclusion (a second grant while the first lease
+// was certainly alive by the true clock: seen beside two busy loops, etcd
+// granting c2 270 ms after c3); that is the fault breaking the lease's
+// promise, and the tokens stay in order and the store keeps the data
+// whatever the lock verdict.
 func TestClockRaftFencedValid(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	for _, target := range []string{"etcd", "lockd"} {
 		t.Run(target, func(t *testing.T) {
@@ -171,8 +180,21 @@ func TestClockRaftFencedValid(t *testing.T) {
 			code, res, _ := e2eRun(t, "run", "--target", target, "--workload", "fenced-counter", "--nemesis", "clock",
 				"--clock-targets", "node=1,holder=1", "--clock-monotonic", "--time-limit", "20s", "--concurrency", "4",
 				"--keys", "1", "--work", "300ms", "--nemesis-interval", "2s", "--seed", "2")
-			if code != exitValid || res["valid"] != true {
-				t.Fatalf("exit %d, valid %v", code, res["valid"])
+			if res["data"] != true {
+				t.Fatalf("exit %d, data %v: want the data kept by fencing", code, res["data"])
+			}
+			c, _ := res["checkers"].(map[string]any)
+			fo, _ := c["fence_order"].(map[string]any)
+			mx, _ := c["mutex"].(map[string]any)
+			if fo["valid"] != true {
+				t.Fatalf("fence order %v: tokens went back", fo["valid"])
+			}
+			switch {
+			case code == exitValid && res["valid"] == true && res["lock"] == true:
+			case code == exitInvalid && res["lock"] == false && mx["valid"] == false:
+			default:
+				t.Fatalf("exit %d, valid %v, lock %v, mutual exclusion %v: want valid, or the lock invalid for mutual exclusion only",
+					code, res["valid"], res["lock"], mx["valid"])
 			}
 			for _, r := range clockFaults(t, res) {
 				if r.Via != clockskew.ViaVDSO || strings.Join(r.Clocks, ",") != "realtime,monotonic" {

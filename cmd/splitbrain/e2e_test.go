@@ -28,6 +28,14 @@ import (
 // which a loaded machine often missed (one pause in three at load 4-22
 // on kubernetes), and a run of two or three pauses that all missed lost
 // no update; 500 ms holds on a loaded machine too.
+//
+// The real-run tests call t.Parallel, so go test runs them -parallel
+// (GOMAXPROCS) at a time, after the package's other tests: a run spends
+// most of its wall time waiting (bring-up, sections, pauses, leases
+// running out), and one after the other they held the package for 45-55
+// minutes beside two busy loops. Runs side by side are what matrix and
+// validate --parallel do (own network, run ID and results directory
+// each); a test must not depend on being alone on the engine.
 func e2eRun(t *testing.T, args ...string) (int, map[string]any, string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -72,6 +80,7 @@ func checker(res map[string]any, name string) map[string]any {
 // holders paused past their lease lose updates without fencing and are
 // stopped by the store with it.
 func TestRedisVerdicts(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	common := []string{"run", "--target", "redis", "--nemesis", "pause", "--time-limit", "15s",

@@ -190,23 +190,26 @@ func TestVDSODriftGoTarget(t *testing.T) {
 		t.Fatalf("status after drift inject = %+v, %v", st, err)
 	}
 	// rates measures the program's own clock rates between two of its
-	// lines at least span apart (true time), after line index from.
+	// lines at least span apart (true time), after line index from. Each
+	// line carries the true time of its clock reads (the system call
+	// before and after them), so neither the pipe nor a scheduler
+	// wake-up counts: receipt times beside two busy loops and the test
+	// suite lagged by up to 120 ms.
 	const span = 2 * time.Second
 	rates := func(from int) RateReading {
 		t.Helper()
 		a := tg.waitFor(from, waitFor, 0, "a line", func(line) bool { return true })
 		b := tg.waitFor(from, waitFor, 0, "a line 2s later", func(l line) bool { return l.recv.Sub(a.recv) >= span })
-		over := b.recv.Sub(a.recv)
+		mid := func(l line) int64 { return l.f[4] + (l.f[5]-l.f[4])/2 }
+		over := time.Duration(mid(b) - mid(a))
+		// A reading at rate r is off by up to r times its half gap.
+		u := float64((a.f[5]-a.f[4])/2+(b.f[5]-b.f[4])/2+2*int64(time.Microsecond)) / float64(over)
+		fastest := max(Factor(want.Realtime), Factor(want.Monotonic), 1)
 		return RateReading{
 			Realtime:     float64(b.f[1]-a.f[1]) / float64(over),
 			Monotonic:    float64(b.f[2]-a.f[2]) / float64(over),
 			HasMonotonic: true, Over: over,
-			// A line's receipt follows its clock read by a pipe write
-			// and a scheduler wake-up: 10 ms each end on a quiet
-			// machine, 53 ms once beside two busy loops and the test
-			// suite; 50 ms each end (a rate within ±0.05 over 2 s still
-			// tells 2x, 1.25x, 0.5x and 1x apart).
-			Uncertainty: float64(100*time.Millisecond) / float64(over),
+			Uncertainty: u * (fastest + RateTolerance),
 		}
 	}
 	got := rates(tg.count())

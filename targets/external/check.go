@@ -291,51 +291,91 @@ func (c *checker) run(ctx context.Context) {
 		c.pass("options", "an unknown option is refused: %v", err)
 	}
 
-	// Acquire.
-	s1, took, err := acquire(ctx, a, checkKey, 5*time.Second)
-	if err != nil {
-		c.fail("acquire", "a free lock was not granted: %s", describeErr(err))
-		return
-	}
-	c.pass("acquire", "a free lock was granted in %v%s", took.Round(time.Millisecond), tokenText(s1, offers))
-
-	// Busy between two instances.
+	// The second instance starts first, so that the first hold's TTL is
+	// not spent on a process start when the busy step asks.
 	b, err := c.start(ctx, "c2", c.opts.Options)
 	if err != nil {
 		c.fail("busy", "a second instance did not start: %s", describeErr(err))
 		return
 	}
 	defer b.Close()
-	s, took, err := acquire(ctx, b, checkKey, busyDeadline)
-	retried := ""
-	if errors.Is(err, targets.ErrUnavailable) {
-		// A client that could not read the lock within the deadline (its
-		// request timed out on a loaded machine) does not know it is held:
-		// unavailable is then the honest answer. It is asked once more,
-		// with the lock held anew (the first hold may be near the end of
-		// its TTL by now): a client that tells the two apart answers
-		// busy; one that conflates them answers unavailable again.
-		first := err
+
+	// Acquire. s1At is when the hold was asked for: its lease runs at
+	// least TTL from then (its grant came later), so a grant to another
+	// before s1At+TTL is two holders for certain; one after may follow
+	// the lease running out, which proves nothing.
+	ttl := c.opts.TTL
+	s1At := time.Now()
+	s1, took, err := acquire(ctx, a, checkKey, 5*time.Second)
+	if err != nil {
+		c.fail("acquire", "a free lock was not granted: %s", describeErr(err))
+		return
+	}
+	c.pass("acquire", "a free lock was granted in %v%s", took.Round(time.Millisecond), tokenText(s1, offers))
+	// retake releases the first hold (whatever it answers: it may have
+	// run out) and takes the lock anew.
+	retake := func() error {
 		rctx, cancel := bounded(ctx, time.Second)
 		rerr := s1.Release(rctx)
 		cancel()
+		at := time.Now()
 		again, _, aerr := acquire(ctx, a, checkKey, 5*time.Second)
-		if rerr != nil || aerr != nil {
-			c.fail("busy", "a lock held by another was answered unavailable (%v), and the lock could not be taken anew to ask again: release %v, acquire %v", first, rerr, aerr)
-			return
+		if aerr != nil {
+			return fmt.Errorf("release %v, acquire %w", rerr, aerr)
 		}
-		s1 = again
-		if s, took, err = acquire(ctx, b, checkKey, busyDeadline); errors.Is(err, targets.ErrBusy) {
+		s1, s1At = again, at
+		return nil
+	}
+
+	// Busy between two instances.
+	var (
+		s       *Lease
+		late    int // grants to b after the first lease's TTL had passed
+		retried string
+		first   error // b's first unavailable answer
+	)
+ask:
+	for {
+		s, took, err = acquire(ctx, b, checkKey, busyDeadline)
+		switch {
+		case err == nil && time.Now().After(s1At.Add(ttl)) && late < 2:
+			// Granted after the first lease may have run out (a loaded
+			// machine): ask again with the lock held anew.
+			late++
+			rctx, cancel := bounded(ctx, time.Second)
+			_ = s.Release(rctx)
+			cancel()
+		case errors.Is(err, targets.ErrUnavailable) && first == nil:
+			// A client that could not read the lock within the deadline
+			// (its request timed out on a loaded machine) does not know
+			// it is held: unavailable is then the honest answer. It is
+			// asked once more, with the lock held anew (the first hold
+			// may be near the end of its TTL by now): a client that
+			// tells the two apart answers busy; one that conflates them
+			// answers unavailable again.
+			first = err
 			retried = fmt.Sprintf(" (asked again, the lock taken anew, after answering unavailable once: %v)", first)
+		default:
+			break ask
+		}
+		if rerr := retake(); rerr != nil {
+			c.fail("busy", "the lock could not be taken anew to ask again: %v", rerr)
+			return
 		}
 	}
 	switch {
-	case err == nil:
+	case err == nil && !time.Now().After(s1At.Add(ttl)):
 		c.fail("busy", "a second instance was granted %s while the first held it: two holders at once", checkKey)
+		_ = s.Release(ctx)
+	case err == nil:
+		c.fail("busy", "not judged: three times the second instance was granted %s only after the first hold's TTL (%v) had passed, on a machine too slow to ask within it", checkKey, ttl)
 		_ = s.Release(ctx)
 	case errors.Is(err, targets.ErrBusy) && took < busyDeadline/2:
 		c.fail("busy", "busy after %v of a %v deadline: keep trying until the deadline (a lock freed meanwhile must be taken)", took.Round(time.Millisecond), busyDeadline)
 	case errors.Is(err, targets.ErrBusy):
+		if late > 0 && retried == "" {
+			retried = " (asked again: a grant after the first hold's TTL proves nothing)"
+		}
 		c.pass("busy", "a second instance got busy after %v of a %v deadline%s", took.Round(time.Millisecond), busyDeadline, retried)
 	case errors.Is(err, targets.ErrUnavailable):
 		c.fail("busy", "a lock held by another was answered unavailable twice, though the service answers: tell busy from unavailable (%v)", err)
@@ -343,7 +383,15 @@ func (c *checker) run(ctx context.Context) {
 		c.fail("busy", "a lock held by another: %s", describeErr(err))
 	}
 
-	// Release, then re-acquire by the other.
+	// Release, then re-acquire by the other. A hold past half its TTL
+	// is taken anew first, so that the release is of a lease certainly
+	// alive (not_owner is the right answer for one that ran out).
+	if time.Since(s1At) > ttl/2 {
+		if rerr := retake(); rerr != nil {
+			c.fail("release", "the lock could not be taken anew to release it: %v", rerr)
+			return
+		}
+	}
 	rctx, cancel := bounded(ctx, time.Second)
 	err = s1.Release(rctx)
 	cancel()

@@ -1,8 +1,12 @@
 // Command gotarget is the test target for vDSO clock skew: every
 // $INTERVAL_MS (default 50) milliseconds it prints
 //
-//	<seq> <time.Now().UnixNano()> <time.Since(start) in ns> <SIGUSR1s received>
+//	<seq> <time.Now().UnixNano()> <time.Since(start) in ns> <SIGUSR1s received> <true before> <true after>
 //
+// where the last two are CLOCK_REALTIME read by the clock_gettime system
+// call (never through the vDSO, so never skewed) just before and just
+// after time.Now: the true moment of the line's own clock read, to within
+// their gap.
 // pacing itself with the nanosleep syscall (not Go timers, which run on the
 // possibly skewed monotonic clock). With $BUSY=n it also runs n goroutines
 // that call time.Now in a tight loop. It exits 0 when stdin closes.
@@ -18,7 +22,15 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
+
+// trueNow reads CLOCK_REALTIME by the system call, not the vDSO.
+func trueNow() int64 {
+	var ts syscall.Timespec
+	syscall.Syscall(syscall.SYS_CLOCK_GETTIME, 0, uintptr(unsafe.Pointer(&ts)), 0)
+	return ts.Nano()
+}
 
 func main() {
 	start := time.Now()
@@ -53,8 +65,11 @@ func main() {
 	}()
 	ts := syscall.NsecToTimespec(int64(interval))
 	for seq := 0; ; seq++ {
+		before := trueNow()
 		now := time.Now()
-		fmt.Printf("%d %d %d %d\n", seq, now.UnixNano(), time.Since(start).Nanoseconds(), usr1.Load())
+		since := time.Since(start)
+		after := trueNow()
+		fmt.Printf("%d %d %d %d %d %d\n", seq, now.UnixNano(), since.Nanoseconds(), usr1.Load(), before, after)
 		for syscall.Nanosleep(&ts, nil) == syscall.EINTR {
 		}
 	}
