@@ -99,22 +99,7 @@ func TestClockRedisVerdicts(t *testing.T) {
 	// data whatever the lock verdict.
 	t.Run("fenced keeps the data", func(t *testing.T) {
 		code, res, _ := e2eRun(t, append(common, "--workload", "fenced-counter")...)
-		if res["data"] != true {
-			t.Fatalf("exit %d, data %v: want the data kept by fencing", code, res["data"])
-		}
-		c, _ := res["checkers"].(map[string]any)
-		fo, _ := c["fence_order"].(map[string]any)
-		mx, _ := c["mutex"].(map[string]any)
-		if fo["valid"] != true {
-			t.Fatalf("fence order %v: tokens went back on one Redis whose clock jumped", fo["valid"])
-		}
-		switch {
-		case code == exitValid && res["valid"] == true && res["lock"] == true:
-		case code == exitInvalid && res["lock"] == false && mx["valid"] == false:
-		default:
-			t.Fatalf("exit %d, valid %v, lock %v, mutual exclusion %v: want valid, or the lock invalid for mutual exclusion only",
-				code, res["valid"], res["lock"], mx["valid"])
-		}
+		fencedKeptData(t, code, res)
 		if n := checker(res, "mutex")["overlaps"].(float64); n < 1 {
 			t.Fatalf("no overlapping holders (%v): the clock jumps proved nothing", n)
 		}
@@ -180,22 +165,7 @@ func TestClockRaftFencedValid(t *testing.T) {
 			code, res, _ := e2eRun(t, "run", "--target", target, "--workload", "fenced-counter", "--nemesis", "clock",
 				"--clock-targets", "node=1,holder=1", "--clock-monotonic", "--time-limit", "20s", "--concurrency", "4",
 				"--keys", "1", "--work", "300ms", "--nemesis-interval", "2s", "--seed", "2")
-			if res["data"] != true {
-				t.Fatalf("exit %d, data %v: want the data kept by fencing", code, res["data"])
-			}
-			c, _ := res["checkers"].(map[string]any)
-			fo, _ := c["fence_order"].(map[string]any)
-			mx, _ := c["mutex"].(map[string]any)
-			if fo["valid"] != true {
-				t.Fatalf("fence order %v: tokens went back", fo["valid"])
-			}
-			switch {
-			case code == exitValid && res["valid"] == true && res["lock"] == true:
-			case code == exitInvalid && res["lock"] == false && mx["valid"] == false:
-			default:
-				t.Fatalf("exit %d, valid %v, lock %v, mutual exclusion %v: want valid, or the lock invalid for mutual exclusion only",
-					code, res["valid"], res["lock"], mx["valid"])
-			}
+			fencedKeptData(t, code, res)
 			for _, r := range clockFaults(t, res) {
 				if r.Via != clockskew.ViaVDSO || strings.Join(r.Clocks, ",") != "realtime,monotonic" {
 					t.Fatalf("fault %v: want both clocks skewed by vDSO injection", r)
@@ -231,5 +201,29 @@ func TestClockBadInput(t *testing.T) {
 				t.Fatalf("exit %d, stderr %q; want exit %d and one line with %q", code, stderr, exitBadInput, tt.want)
 			}
 		})
+	}
+}
+
+// fencedKeptData checks a fenced run under clock faults: the store kept
+// the data and the tokens stayed in order, and the run is valid or its
+// lock invalid for mutual exclusion only (a clock fault that expires a
+// lease early breaks the lock's promise; fencing still keeps the data).
+func fencedKeptData(t *testing.T, code int, res map[string]any) {
+	t.Helper()
+	if res["data"] != true {
+		t.Fatalf("exit %d, data %v: want the data kept by fencing", code, res["data"])
+	}
+	c, _ := res["checkers"].(map[string]any)
+	fo, _ := c["fence_order"].(map[string]any)
+	mx, _ := c["mutex"].(map[string]any)
+	if fo["valid"] != true {
+		t.Fatalf("fence order %v: tokens went back", fo["valid"])
+	}
+	switch {
+	case code == exitValid && res["valid"] == true && res["lock"] == true:
+	case code == exitInvalid && res["lock"] == false && mx["valid"] == false:
+	default:
+		t.Fatalf("exit %d, valid %v, lock %v, mutual exclusion %v: want valid, or the lock invalid for mutual exclusion only",
+			code, res["valid"], res["lock"], mx["valid"])
 	}
 }
