@@ -150,18 +150,23 @@ func TestClientCheckEarlyLease(t *testing.T) {
 	}
 	eps := cl.Endpoints()
 	testenv.Reach(t, eps[0])
-	code, stdout, stderr := run(t, "client-check", "--backend", "etcd", "--endpoints", strings.Join(eps, ","), "--log-level", "warn", "--", bin)
-	t.Logf("exit %d\n%s%s", code, stdout, stderr)
-	if code != exitInvalid {
-		t.Fatalf("client-check exit %d, want %d", code, exitInvalid)
-	}
+	// The early lease is caught when etcd has revoked it by the time the
+	// other instance asks; a loaded etcd revokes late, so the check gets
+	// three tries, and no try may fail another step.
 	var longWait string
-	for l := range strings.SplitSeq(stdout, "\n") {
-		if strings.Contains(l, "long-wait") {
-			longWait = l
+	for try := 1; try <= 3 && !containsAll(longWait, "FAIL", "count the lease from the grant"); try++ {
+		code, stdout, stderr := run(t, "client-check", "--backend", "etcd", "--endpoints", strings.Join(eps, ","), "--log-level", "warn", "--", bin)
+		t.Logf("try %d: exit %d\n%s%s", try, code, stdout, stderr)
+		for l := range strings.SplitSeq(stdout, "\n") {
+			if strings.Contains(l, "long-wait") {
+				longWait = l
+			}
+			if strings.Contains(l, "FAIL") && !strings.Contains(l, "long-wait") {
+				t.Errorf("a step other than long-wait failed: %s", l)
+			}
 		}
-		if strings.Contains(l, "FAIL") && !strings.Contains(l, "long-wait") {
-			t.Errorf("a step other than long-wait failed: %s", l)
+		if failed := containsAll(longWait, "FAIL"); failed != (code == exitInvalid) {
+			t.Fatalf("client-check exit %d with long-wait %q", code, longWait)
 		}
 	}
 	if !containsAll(longWait, "FAIL", "count the lease from the grant") {

@@ -84,7 +84,7 @@ func TestRedisVerdicts(t *testing.T) {
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	common := []string{"run", "--target", "redis", "--nemesis", "pause", "--time-limit", "15s",
-		"--concurrency", "4", "--keys", "1", "--pause-targets", "holder=1", "--seed", "3"}
+		"--concurrency", "4", "--keys", "1", "--work", "1s", "--pause-targets", "holder=1", "--seed", "3"}
 
 	t.Run("unfenced is invalid", func(t *testing.T) {
 		code, res, dir := e2eRun(t, append(common, "--workload", "unfenced-counter")...)

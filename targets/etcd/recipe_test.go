@@ -49,11 +49,17 @@ func TestAcquireAnswersBeforeDeadline(t *testing.T) {
 		fault    string        // "kill": the service ends once the caller's session began; "freeze": it is frozen after freezeAt
 		deadline time.Duration
 		want     string // granted, busy or unavailable
+		// probeMayTimeOut: unavailable also passes when the probe that
+		// tells busy from unavailable itself ran out of time.
+		probeMayTimeOut bool
 	}{
 		{name: "free", deadline: time.Second, want: "granted"},
 		{name: "held, 1.5s", held: true, deadline: 1500 * time.Millisecond, want: "busy"},
 		{name: "held, 1s", held: true, deadline: time.Second, want: "busy"},
-		{name: "held, 400ms", held: true, deadline: 400 * time.Millisecond, want: "busy"},
+		// 400 ms leave the probe 25-75 ms: beside two busy loops it ran
+		// out of time, and unavailable is then the honest answer (it saw
+		// no holder); the longer deadlines must tell busy.
+		{name: "held, 400ms", held: true, deadline: 400 * time.Millisecond, want: "busy", probeMayTimeOut: true},
 		{name: "released while waiting", held: true, release: 300 * time.Millisecond, deadline: 1500 * time.Millisecond, want: "granted"},
 		{name: "unreachable", endpoint: freePort(t), deadline: time.Second, want: "unavailable"},
 		{name: "gone after the session began", fault: "kill", deadline: time.Second, want: "unavailable"},
@@ -109,7 +115,8 @@ func TestAcquireAnswersBeforeDeadline(t *testing.T) {
 				got = err.Error()
 			}
 			t.Logf("%s after %v of %v (%v)", got, took.Round(time.Millisecond), tc.deadline, err)
-			if got != tc.want {
+			probeOut := got == "unavailable" && err != nil && strings.Contains(err.Error(), "(probe: context deadline exceeded)")
+			if got != tc.want && !(tc.probeMayTimeOut && probeOut) {
 				t.Errorf("answered %s, want %s (%v)", got, tc.want, err)
 			}
 			// The recipe keeps a reserve to answer before the deadline;
