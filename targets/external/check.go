@@ -330,15 +330,17 @@ func (c *checker) run(ctx context.Context) {
 	// Busy between two instances.
 	var (
 		s       *Lease
-		late    int // grants to b after the first lease's TTL had passed
+		late    int  // grants to b after the first lease's TTL had passed
+		pastTTL bool // b's last grant came after the first hold's TTL
 		retried string
 		first   error // b's first unavailable answer
 	)
 ask:
 	for {
 		s, took, err = acquire(ctx, b, checkKey, busyDeadline)
+		pastTTL = err == nil && time.Now().After(s1At.Add(ttl))
 		switch {
-		case err == nil && time.Now().After(s1At.Add(ttl)) && late < 2:
+		case pastTTL && late < 2:
 			// Granted after the first lease may have run out (a loaded
 			// machine): ask again with the lock held anew.
 			late++
@@ -364,7 +366,7 @@ ask:
 		}
 	}
 	switch {
-	case err == nil && !time.Now().After(s1At.Add(ttl)):
+	case err == nil && !pastTTL:
 		c.fail("busy", "a second instance was granted %s while the first held it: two holders at once", checkKey)
 		_ = s.Release(ctx)
 	case err == nil:
