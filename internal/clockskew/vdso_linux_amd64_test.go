@@ -200,17 +200,21 @@ func TestVDSODriftGoTarget(t *testing.T) {
 		t.Helper()
 		a := tg.waitFor(from, waitFor, 0, "a line", func(line) bool { return true })
 		b := tg.waitFor(from, waitFor, 0, "a line 2s later", func(l line) bool { return l.recv.Sub(a.recv) >= span })
-		mid := func(l line) int64 { return l.f[4] + (l.f[5]-l.f[4])/2 }
-		over := time.Duration(mid(b) - mid(a))
-		// A reading at rate r is off by up to r times its half gap.
-		u := float64((a.f[5]-a.f[4])/2+(b.f[5]-b.f[4])/2+2*int64(time.Microsecond)) / float64(over)
-		fastest := max(Factor(want.Realtime), Factor(want.Monotonic), 1)
-		return RateReading{
-			Realtime:     float64(b.f[1]-a.f[1]) / float64(over),
-			Monotonic:    float64(b.f[2]-a.f[2]) / float64(over),
-			HasMonotonic: true, Over: over,
-			Uncertainty: u * (fastest + RateTolerance),
+		// Each line as an observation: its clocks' offsets from the
+		// middle of its true-time reads, doubtful by half their gap.
+		obs := func(l line) Observation {
+			half := (l.f[5] - l.f[4]) / 2
+			mid := l.f[4] + half
+			return Observation{
+				Realtime: time.Duration(l.f[1] - mid), Monotonic: time.Duration(l.f[2] - mid), HasMonotonic: true,
+				Uncertainty: time.Duration(half) + time.Microsecond, At: time.Unix(0, mid),
+			}
 		}
+		r, err := RateBetween(obs(a), obs(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
 	}
 	got := rates(tg.count())
 	t.Logf("program's own clocks: %s", got)
