@@ -16,7 +16,11 @@ func TestPowerLossRedisVerdicts(t *testing.T) {
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	common := []string{"run", "--target", "redis", "--workload", "fenced-counter", "--nemesis", "power-loss",
-		"--time-limit", "15s", "--concurrency", "3", "--keys", "1", "--seed", "1"}
+		"--time-limit", "15s", "--concurrency", "3", "--keys", "1", "--seed", "1",
+		// Each cut waits for an unsynced write: with aof-everysec one that
+		// holds a grant the clients were told of, with aof-always one
+		// between a write and its fsync, before any reply.
+		"--power-loss-wait-unsynced", "2s"}
 	t.Run("aof-everysec loses tokens", func(t *testing.T) {
 		code, res, _ := e2eRun(t, append(common, "--recipe-opt", "persistence=aof-everysec")...)
 		c, _ := res["checkers"].(map[string]any)

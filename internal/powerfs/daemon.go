@@ -9,6 +9,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strings"
@@ -104,6 +106,58 @@ func (d *Daemon) Cut() (Stats, error) {
 	return s, err
 }
 
+// CutUnsynced is [Daemon.Cut] at a moment drawn at random from the time,
+// within wait, during which some write is unsynced: a power loss that finds
+// nothing to lose tests no more than a crash, and one always at the first
+// unsynced write would lose only that write. The moment is memoryless over
+// that time (on average [unsyncedMean] of it), as a power loss at a random
+// moment that found something unsynced would be. After wait it cuts
+// anyway. It returns what the cut undid and how long it waited.
+func (d *Daemon) CutUnsynced(ctx context.Context, wait time.Duration) (Stats, time.Duration, error) {
+	start := time.Now()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	last := start
+	for {
+		select {
+		case <-ctx.Done():
+			return Stats{}, time.Since(start), ctx.Err()
+		case now := <-tick.C:
+			dt := now.Sub(last)
+			last = now
+			if now.Sub(start) >= wait {
+				s, err := d.Cut()
+				return s, time.Since(start), err
+			}
+			if d.Stats().Unsynced > 0 && rand.Float64() < -math.Expm1(-float64(dt)/float64(unsyncedMean)) {
+				s, err := d.Cut()
+				return s, time.Since(start), err
+			}
+		}
+	}
+}
+
+// unsyncedMean is the mean time with unsynced writes before a
+// [Daemon.CutUnsynced] cuts.
+const unsyncedMean = 200 * time.Millisecond
+
+// Release fails, with EIO, every operation waiting at the filesystem since
+// its cut, and every later one. A program caught inside a write by a cut
+// (a [Daemon.CutUnsynced] lets it run until then) waits uninterruptibly
+// for the daemon's answer, and as its node's PID 1 it cannot be killed
+// while it waits, nor can the daemon die before it: stop the program
+// (SIGSTOP stays pending until the write returns, so it never sees the
+// error), then release, then kill it. Before a cut it fails.
+func (d *Daemon) Release() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.cut == nil {
+		return errors.New("release before a cut: nothing waits")
+	}
+	d.gate.release()
+	return nil
+}
+
 // Close unmounts every mount; after a cut, the operations waiting at the
 // shut gate fail with EIO first.
 func (d *Daemon) Close() error {
@@ -130,13 +184,21 @@ func (d *Daemon) Wait() {
 const (
 	CmdStats = "stats"
 	CmdCut   = "cut"
+	// CmdCutUnsynced is followed by a duration ("cut-unsynced 2s"):
+	// [Daemon.CutUnsynced].
+	CmdCutUnsynced = "cut-unsynced"
+	// CmdRelease fails the operations waiting at a cut filesystem
+	// ([Daemon.Release]).
+	CmdRelease = "release"
 )
 
 // Reply is the daemon's answer on its control socket.
 type Reply struct {
-	Stats Stats  `json:"stats"`
-	Cut   bool   `json:"cut"`
-	Error string `json:"error,omitempty"`
+	Stats Stats `json:"stats"`
+	Cut   bool  `json:"cut"`
+	// WaitedMS is how long a cut-unsynced waited for an unsynced write.
+	WaitedMS int64  `json:"waited_ms,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 // Listen opens the control socket at path (replacing a file left there).
@@ -174,7 +236,8 @@ func (d *Daemon) answer(c net.Conn) {
 		return
 	}
 	var r Reply
-	switch strings.TrimSpace(line) {
+	cmd, arg, _ := strings.Cut(strings.TrimSpace(line), " ")
+	switch cmd {
 	case CmdStats:
 		r.Stats = d.Stats()
 		d.mu.Lock()
@@ -186,8 +249,25 @@ func (d *Daemon) answer(c net.Conn) {
 		if err != nil {
 			r.Error = err.Error()
 		}
+	case CmdCutUnsynced:
+		wait, perr := time.ParseDuration(arg)
+		if perr != nil || wait < 0 {
+			r.Error = fmt.Sprintf("%s wants a duration to wait, like %q; got %q", CmdCutUnsynced, CmdCutUnsynced+" 2s", arg)
+			break
+		}
+		var waited time.Duration
+		r.Stats, waited, err = d.CutUnsynced(context.Background(), wait)
+		r.Cut, r.WaitedMS = true, waited.Milliseconds()
+		if err != nil {
+			r.Error = err.Error()
+		}
+	case CmdRelease:
+		r.Stats, r.Cut = d.Stats(), true
+		if err := d.Release(); err != nil {
+			r.Error = err.Error()
+		}
 	default:
-		r.Error = fmt.Sprintf("unknown command %q (want %s or %s)", strings.TrimSpace(line), CmdStats, CmdCut)
+		r.Error = fmt.Sprintf("unknown command %q (want %s, %s, %s DURATION or %s)", strings.TrimSpace(line), CmdStats, CmdCut, CmdCutUnsynced, CmdRelease)
 	}
 	json.NewEncoder(c).Encode(r)
 }

@@ -3,6 +3,8 @@
 package powerfs
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -135,5 +137,78 @@ func TestNoCutKeepsAll(t *testing.T) {
 	}
 	if s := d.Stats(); s.Files != 1 || s.Unsynced != int64(len("unsynced but written")) {
 		t.Errorf("Stats = %+v, want 1 file of 20 unsynced bytes", s)
+	}
+}
+
+// TestCutUnsynced: a cut told to wait for an unsynced write comes once one
+// is made (and undoes it), or after its wait with nothing to undo.
+func TestCutUnsynced(t *testing.T) {
+	tests := []struct {
+		name       string
+		writeAfter time.Duration // 0: no unsynced write
+		wait       time.Duration
+		wantFiles  int
+	}{
+		{"a write comes within the wait", 150 * time.Millisecond, 5 * time.Second, 1},
+		{"nothing to lose: it cuts after the wait", 0, 100 * time.Millisecond, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d, dir, lower := mount(t, 0)
+			write(t, filepath.Join(dir, "synced"), 0, "fsynced", true)
+			if err := d.Release(); err == nil {
+				t.Fatal("Release before a cut did not fail")
+			}
+			type cut struct {
+				s      Stats
+				waited time.Duration
+				err    error
+			}
+			out := make(chan cut, 1)
+			go func() {
+				s, w, err := d.CutUnsynced(context.Background(), tt.wait)
+				out <- cut{s, w, err}
+			}()
+			if tt.writeAfter > 0 {
+				time.Sleep(tt.writeAfter)
+				// Its close may come after the cut and wait at the shut
+				// gate until the daemon is closed: not waited for.
+				go os.WriteFile(filepath.Join(dir, "late"), []byte("unsynced"), 0o644)
+			}
+			c := <-out
+			if c.err != nil || c.s.Files != tt.wantFiles {
+				t.Fatalf("cut undid %+v (%v), want %d files", c.s, c.err, tt.wantFiles)
+			}
+			if least := cmp.Or(tt.writeAfter, tt.wait); c.waited < least {
+				t.Fatalf("cut after %v, want at least %v", c.waited, least)
+			}
+			if tt.writeAfter > 0 {
+				if got, _ := os.ReadFile(filepath.Join(lower, "late")); len(got) != 0 {
+					t.Fatalf("the unsynced write survived the cut: %q", got)
+				}
+			}
+			if got, _ := os.ReadFile(filepath.Join(lower, "synced")); string(got) != "fsynced" {
+				t.Fatalf("the synced file holds %q", got)
+			}
+			// A write after the cut waits; Release fails it.
+			done := make(chan error, 1)
+			go func() { done <- os.WriteFile(filepath.Join(dir, "after"), []byte("x"), 0o644) }()
+			select {
+			case err := <-done:
+				t.Fatalf("a write after the cut returned before Release: %v", err)
+			case <-time.After(100 * time.Millisecond):
+			}
+			if err := d.Release(); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case err := <-done:
+				if !errors.Is(err, syscall.EIO) {
+					t.Fatalf("a write released after the cut: %v, want EIO", err)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("Release did not end the write waiting at the cut")
+			}
+		})
 	}
 }

@@ -51,8 +51,13 @@ const usage = `usage: powerfs <op> [flags]
   serve --mount D=LOWER... [--memory BYTES] [--socket S] [--ready-fd N]
         the daemon (exec starts it)
   stats [--socket S]   what the daemon holds unsynced, as JSON
-  cut   [--socket S]   the power loss: revert every unsynced change and
-                       freeze the files until the daemon dies, as JSON
+  cut   [--socket S] [--wait-unsynced D]
+                       the power loss: revert every unsynced change and
+                       freeze the files until the daemon dies, as JSON;
+                       with --wait-unsynced, at the first moment within D
+                       at which some write is unsynced
+  release [--socket S] after a cut: fail the operations waiting at the
+                       filesystem (stop its programs first)
 
 Exit status: 0 ok, 1 failure, 2 usage, 3 environment (no /dev/fuse or no CAP_SYS_ADMIN).
 `
@@ -73,10 +78,10 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = mainExec(ctx, args[1:])
 	case "serve":
 		err = mainServe(ctx, args[1:], stderr)
-	case "stats", "cut":
+	case "stats", "cut", "release":
 		err = mainAsk(ctx, args[0], args[1:], stdout)
 	default:
-		err = usageErr("unknown operation %q (want exec, serve, stats or cut)", args[0])
+		err = usageErr("unknown operation %q (want exec, serve, stats, cut or release)", args[0])
 	}
 	if err == nil {
 		return ExitOK
@@ -255,10 +260,20 @@ func mainAsk(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 	fs := flag.NewFlagSet("powerfs "+cmd, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	socket := fs.String("socket", ControlSocket, "control socket")
+	var wait time.Duration
+	if cmd == CmdCut {
+		fs.DurationVar(&wait, "wait-unsynced", 0, "cut at the first moment within this wait at which some write is unsynced")
+	}
 	if err := fs.Parse(args); err != nil {
 		return usageErr("%s: %v", cmd, err)
 	}
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	if wait < 0 {
+		return usageErr("%s: --wait-unsynced must not be negative, got %v", cmd, wait)
+	}
+	if wait > 0 {
+		cmd = fmt.Sprintf("%s %v", CmdCutUnsynced, wait)
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute+wait)
 	defer cancel()
 	r, err := Ask(ctx, *socket, cmd)
 	if err != nil {

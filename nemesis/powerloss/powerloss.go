@@ -81,6 +81,10 @@ type Spec struct {
 	// writes (--power-loss-memory-mib); a node past it keeps writes it
 	// should lose, and the run says so.
 	MemoryMiB int `json:"memory_mib"`
+	// WaitUnsynced, when positive, lets each cut wait up to this long for
+	// an unsynced write on its node (--power-loss-wait-unsynced): a cut
+	// that finds nothing to lose tests no more than a kill.
+	WaitUnsynced time.Duration `json:"wait_unsynced_ns,omitempty"`
 }
 
 var _ nemesis.Spec = (*Spec)(nil)
@@ -88,6 +92,7 @@ var _ nemesis.Spec = (*Spec)(nil)
 // Flags implements nemesis.Spec.
 func (s *Spec) Flags(fs *pflag.FlagSet) {
 	fs.Var(&s.Targets, "power-loss-targets", "weights of how many lock nodes lose power at once: node (one), quorum (a majority), all")
+	fs.DurationVar(&s.WaitUnsynced, "power-loss-wait-unsynced", s.WaitUnsynced, "cut each node at the first moment within this wait at which it holds an unsynced write (0: cut at once); the nodes of one cut then lose power up to this far apart")
 	fs.IntVar(&s.MemoryMiB, "power-loss-memory-mib", s.MemoryMiB, "memory each node's power-loss filesystem may use to undo unsynced writes (MiB); past it writes are kept and the run fails as in doubt")
 }
 
@@ -95,6 +100,9 @@ func (s *Spec) Flags(fs *pflag.FlagSet) {
 func (s *Spec) Validate(nemesis.Target) error {
 	if err := s.Targets.Check(Groups); err != nil {
 		return fmt.Errorf("--power-loss-targets: %w", err)
+	}
+	if s.WaitUnsynced < 0 {
+		return fmt.Errorf("--power-loss-wait-unsynced must not be negative, got %v", s.WaitUnsynced)
 	}
 	if s.MemoryMiB <= 0 {
 		return fmt.Errorf("--power-loss-memory-mib must be positive, got %d", s.MemoryMiB)
@@ -104,7 +112,7 @@ func (s *Spec) Validate(nemesis.Target) error {
 
 // New implements nemesis.Spec.
 func (s *Spec) New(nemesis.Target) (nemesis.Nemesis, error) {
-	return &Nemesis{Weights: maps.Clone(s.Targets), Memory: int64(s.MemoryMiB) << 20}, nil
+	return &Nemesis{Weights: maps.Clone(s.Targets), Memory: int64(s.MemoryMiB) << 20, WaitUnsynced: s.WaitUnsynced}, nil
 }
 
 // Nemesis cuts the power of lock-service nodes. It is safe for concurrent
@@ -114,6 +122,9 @@ type Nemesis struct {
 	Weights nemesis.Weights
 	// Memory bounds each node's journal, in bytes.
 	Memory int64
+	// WaitUnsynced, when positive, cuts each node at the first moment
+	// within it at which the node holds an unsynced write.
+	WaitUnsynced time.Duration
 	// Log receives the cuts (nil: discard).
 	Log *slog.Logger
 
@@ -239,10 +250,10 @@ func awaitDaemon(ctx context.Context, n runtime.Node, wait time.Duration) error 
 }
 
 // ask runs `splitbrain powerfs CMD` in n.
-func ask(ctx context.Context, n runtime.Node, cmd string) (powerfs.Reply, error) {
+func ask(ctx context.Context, n runtime.Node, cmd ...string) (powerfs.Reply, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	out, err := runtime.Run(ctx, n, binary, "powerfs", cmd)
+	out, err := runtime.Run(ctx, n, append([]string{binary, "powerfs"}, cmd...)...)
 	if err != nil {
 		return powerfs.Reply{}, fmt.Errorf("power-loss filesystem of %s: %w", n.Name(), err)
 	}
@@ -296,12 +307,32 @@ func (nm *Nemesis) Inject(ctx context.Context, env *nemesis.Env, rng *rand.Rand)
 		}
 		wg.Wait()
 	}
-	each(func(_ int, n runtime.Node) error { return n.Signal(ctx, syscall.SIGSTOP) })
-	each(func(i int, n runtime.Node) error {
-		r, err := ask(ctx, n, powerfs.CmdCut)
-		stats[i] = r.Stats
-		return err
-	})
+	waited := make([]time.Duration, len(targets))
+	if nm.WaitUnsynced > 0 {
+		// Each node runs until its filesystem holds an unsynced write (or
+		// the wait ends) and is cut then; a cut filesystem answers
+		// nothing, so its program stops at its next file operation. It is
+		// stopped for good, then what waits in the filesystem is failed
+		// (never seen: the stop is delivered first), so that the kill can
+		// end it (powerfs.Daemon.Release).
+		each(func(i int, n runtime.Node) error {
+			r, err := ask(ctx, n, powerfs.CmdCut, "--wait-unsynced", nm.WaitUnsynced.String())
+			stats[i], waited[i] = r.Stats, time.Duration(r.WaitedMS)*time.Millisecond
+			return err
+		})
+		each(func(_ int, n runtime.Node) error { return n.Signal(ctx, syscall.SIGSTOP) })
+		each(func(_ int, n runtime.Node) error {
+			_, err := ask(ctx, n, powerfs.CmdRelease)
+			return err
+		})
+	} else {
+		each(func(_ int, n runtime.Node) error { return n.Signal(ctx, syscall.SIGSTOP) })
+		each(func(i int, n runtime.Node) error {
+			r, err := ask(ctx, n, powerfs.CmdCut)
+			stats[i] = r.Stats
+			return err
+		})
+	}
 	// Every node is killed, whatever failed before: none is left stopped
 	// or half cut.
 	kerrs := make([]error, len(targets))
@@ -316,18 +347,21 @@ func (nm *Nemesis) Inject(ctx context.Context, env *nemesis.Env, rng *rand.Rand)
 		defer cancel()
 		return nil, errors.Join(fmt.Errorf("power-loss: %w", err), f.Heal(hctx))
 	}
-	f.detail = nm.describe(targets, stats)
+	f.detail = nm.describe(targets, stats, waited)
 	nm.log().Info("power cut", "nodes", f.Targets(), "detail", f.detail)
 	return f, nil
 }
 
 // describe words a cut: what each node lost, and what it kept past the
 // memory bound (remembered for Finish).
-func (nm *Nemesis) describe(nodes []runtime.Node, stats []powerfs.Stats) string {
+func (nm *Nemesis) describe(nodes []runtime.Node, stats []powerfs.Stats, waited []time.Duration) string {
 	var parts []string
 	for i, n := range nodes {
 		s := stats[i]
 		p := fmt.Sprintf("%s lost %d unsynced bytes in %d files", n.Name(), s.Unsynced, s.Files)
+		if nm.WaitUnsynced > 0 {
+			p += fmt.Sprintf(" (cut after waiting %v for an unsynced write, of %v)", waited[i], nm.WaitUnsynced)
+		}
 		if s.Kept > 0 {
 			k := fmt.Sprintf("%s kept %d unsynced bytes in %d files past the memory bound (--power-loss-memory-mib %d)", n.Name(), s.Kept, s.KeptFiles, nm.Memory>>20)
 			p += "; " + k

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/splitbrain/splitbrain/nemesis"
 	"github.com/splitbrain/splitbrain/runtime"
@@ -113,6 +114,7 @@ func TestSpecValidate(t *testing.T) {
 	}{
 		{Spec{Targets: nemesis.Weights{"leader": 1}, MemoryMiB: 1}, "--power-loss-targets"},
 		{Spec{Targets: nemesis.Weights{GroupAll: 1}}, "--power-loss-memory-mib"},
+		{Spec{Targets: nemesis.Weights{GroupAll: 1}, MemoryMiB: 1, WaitUnsynced: -time.Second}, "--power-loss-wait-unsynced"},
 	} {
 		if err := tc.spec.Validate(nemesis.Target{}); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Validate(%+v) = %v, want an error naming %s", tc.spec, err, tc.want)
