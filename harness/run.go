@@ -424,6 +424,7 @@ func (r *run) execute(ctx context.Context) error {
 		r.env = &nemesis.Env{Nodes: cluster.Nodes(), Store: storeNode, Clients: clientNodes, Revive: r.revive}
 		if live {
 			r.env.InCriticalSection = wl.InCriticalSection
+			r.env.Unwritten = wl.Unwritten
 		}
 		if lf, ok := cluster.(targets.LeaderFinder); ok {
 			r.env.Leader = lf.Leader

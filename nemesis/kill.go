@@ -139,10 +139,31 @@ func (k *Kill) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, err
 	if !ok {
 		return nil, fmt.Errorf("kill %s: the runtime cannot restart it", n.Name())
 	}
+	f := &killFault{node: n, restart: r, env: env, detail: detail}
 	if err := n.Signal(ctx, syscall.SIGKILL); err != nil {
-		return nil, fmt.Errorf("kill %s: %w", n.Name(), err)
+		return f.unsure(ctx, err)
 	}
-	return &killFault{node: n, restart: r, env: env, detail: detail}, nil
+	return f, nil
+}
+
+// unsure settles a kill whose signal came back with err: the signal may
+// have been delivered all the same (its reply lost, or ctx ended as the
+// test phase did), which would leave a node dead with no fault recorded
+// and none to heal it. The kill is sent again on a context of its own; if
+// that is delivered the fault is in force (recorded and healed as any
+// other). If not, the node is restarted at once in case the first one
+// landed, and the fault fails.
+func (f *killFault) unsure(ctx context.Context, err error) (Fault, error) {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	if again := f.node.Signal(sctx, syscall.SIGKILL); again == nil {
+		f.detail += fmt.Sprintf(" (the first SIGKILL failed, %v; sent again)", err)
+		return f, nil
+	}
+	if rerr := f.restart.Restart(sctx); rerr != nil {
+		return nil, fmt.Errorf("kill %s: %w (then restart, in case it landed: %w)", f.node.Name(), err, rerr)
+	}
+	return nil, fmt.Errorf("kill %s: %w (restarted at once, in case it landed)", f.node.Name(), err)
 }
 
 type killFault struct {

@@ -193,6 +193,109 @@ func TestPauseFallsBackToAnyClient(t *testing.T) {
 	}
 }
 
+// TestPauseChecksTheHolderFroze: a freeze of a holder counts only if the
+// holder had not written when it landed; one that came after the write is
+// resumed at once and another holder taken.
+func TestPauseChecksTheHolderFroze(t *testing.T) {
+	tests := []struct {
+		name string
+		// writesFirst: the holders whose write gets in before their
+		// freeze lands.
+		writesFirst []string
+		want        string // the node frozen at the end
+		detail      string
+	}{
+		{"the first freeze lands before the write", nil, "c1", "froze before its hold's write"},
+		{"c1 wrote first, c2 is taken", []string{"c1"}, "c2", "1 earlier freezes came after their holder's write and were resumed at once (c1)"},
+		{"every holder wrote first", []string{"c1", "c2"}, "c2", "the freeze came after its hold's write; 3 earlier freezes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			env, rt := memEnv(t)
+			stopped := func(name string) bool {
+				for _, n := range rt.Nodes() {
+					if n.Name() == name {
+						return n.(*memrt.Node).Gate().Stopped()
+					}
+				}
+				return false
+			}
+			var turn atomic.Int64 // which holder is in sight: c1, c2, c1, ...
+			holder := func() string { return []string{"c1", "c2"}[turn.Load()%2] }
+			env.InCriticalSection = func() []string { return []string{holder()} }
+			env.Unwritten = func(client string) (int64, bool) {
+				if stopped(client) && slices.Contains(tt.writesFirst, client) {
+					turn.Add(1)
+					return 0, false // its write was sent before the freeze
+				}
+				return 7, client == holder()
+			}
+			p := &Pause{Weights: map[string]int{GroupHolder: 1}, HolderWait: 10 * time.Millisecond}
+			f, err := p.Inject(context.Background(), env, rand.New(rand.NewPCG(1, 1)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Heal(context.Background())
+			if got := f.Targets()[0]; got != tt.want {
+				t.Fatalf("froze %s, want %s", got, tt.want)
+			}
+			if !strings.Contains(f.Detail(), tt.detail) {
+				t.Fatalf("detail %q lacks %q", f.Detail(), tt.detail)
+			}
+			for _, n := range rt.Nodes() {
+				if n.Name() != tt.want && n.(*memrt.Node).Gate().Stopped() {
+					t.Fatalf("%s left frozen: a missed freeze must be resumed", n.Name())
+				}
+			}
+		})
+	}
+}
+
+// lostReplyNode delivers its first SIGKILL and reports it failed, as a
+// kill whose reply was lost when the test phase ended.
+type lostReplyNode struct {
+	*memrt.Node
+	kills, restarts atomic.Int32
+}
+
+func (n *lostReplyNode) Signal(ctx context.Context, sig syscall.Signal) error {
+	err := n.Node.Signal(context.WithoutCancel(ctx), sig)
+	if sig == syscall.SIGKILL && n.kills.Add(1) == 1 {
+		return context.Canceled
+	}
+	return err
+}
+
+func (n *lostReplyNode) Restart(ctx context.Context) error {
+	n.restarts.Add(1)
+	return n.Node.Restart(ctx)
+}
+
+// TestKillWithALostReply: a kill whose signal came back failed is sent
+// again and counts as in force, so it is recorded and healed, and no node
+// is left dead by a fault nobody knows of.
+func TestKillWithALostReply(t *testing.T) {
+	env, _ := memEnv(t)
+	n := &lostReplyNode{Node: env.Nodes[0].(*memrt.Node)}
+	env.Nodes = []runtime.Node{n}
+	k := &Kill{Weights: map[string]int{GroupNode: 1}}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // the test phase has ended
+	f, err := k.Inject(ctx, env, rand.New(rand.NewPCG(1, 1)))
+	if err != nil {
+		t.Fatalf("a kill that landed failed: %v", err)
+	}
+	if !strings.Contains(f.Detail(), "sent again") {
+		t.Errorf("detail %q does not say the kill was sent again", f.Detail())
+	}
+	if err := f.Heal(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if k, r := n.kills.Load(), n.restarts.Load(); k != 2 || r != 1 {
+		t.Fatalf("%d kills and %d restarts, want the kill sent again and the heal restarting it once", k, r)
+	}
+}
+
 type failingNode struct{ runtime.Node }
 
 func (failingNode) Signal(_ context.Context, sig syscall.Signal) error {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -110,7 +111,11 @@ func (p *Pause) TargetsHolders() bool { return p.Weights[GroupHolder] > 0 }
 
 // Inject implements Nemesis.
 func (p *Pause) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, error) {
-	n, err := env.Choose(ctx, rng, p.Weights.Pick(rng), p.HolderWait)
+	group := p.Weights.Pick(rng)
+	if group == GroupHolder && env.Unwritten != nil {
+		return p.freezeHolder(ctx, env, rng)
+	}
+	n, err := env.Choose(ctx, rng, group, p.HolderWait)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +127,88 @@ func (p *Pause) Inject(ctx context.Context, env *Env, rng *rand.Rand) (Fault, er
 		detail = ClientFreeze
 	}
 	return &pauseFault{node: n, detail: detail}, nil
+}
+
+// Freezing a holder before its write is checked after the freeze lands.
+const (
+	// holderSettle is how long a frozen holder's last events get to reach
+	// the harness before it asks whether the hold is still unwritten: an
+	// event sent before the freeze is in flight, none can follow it.
+	holderSettle = 200 * time.Millisecond
+	// holderTries bounds the freezes of one fault: a freeze that came
+	// after its holder's write is resumed at once and another holder
+	// taken, up to this many freezes in all.
+	holderTries = 4
+)
+
+// freezeHolder freezes a lock holder before its write. On a loaded
+// machine the freeze can land hundreds of milliseconds after the holder
+// was seen short of its write, after the write; such a freeze proves
+// nothing. So once the freeze is in force (and the holder's last events
+// have had [holderSettle] to arrive) it asks whether the same hold is
+// still unwritten; if not, it resumes the client at once and freezes
+// another holder, up to [holderTries] freezes. Its detail counts the
+// freezes that missed. When no holder is in sight within HolderWait it
+// freezes any client, as [Env.Choose] does; when every try missed it
+// keeps the last client frozen and says so.
+func (p *Pause) freezeHolder(ctx context.Context, env *Env, rng *rand.Rand) (Fault, error) {
+	var missed []string
+	note := func() string {
+		if len(missed) == 0 {
+			return ""
+		}
+		return fmt.Sprintf("; %d earlier freezes came after their holder's write and were resumed at once (%s)", len(missed), strings.Join(missed, ", "))
+	}
+	for try := 1; ; try++ {
+		names, err := env.Holders(ctx, p.HolderWait)
+		if err != nil {
+			return nil, err
+		}
+		var (
+			n    runtime.Node
+			hold int64
+			held bool
+		)
+		if len(names) > 0 {
+			name := names[rng.IntN(len(names))]
+			hold, held = env.Unwritten(name)
+			n, _ = env.Node(name)
+		}
+		if !held || n == nil {
+			if len(names) > 0 && try < holderTries {
+				continue // the holder wrote in between: look again
+			}
+			if len(env.Clients) == 0 {
+				return nil, fmt.Errorf("no node in group %q", GroupClient)
+			}
+			n = env.Clients[rng.IntN(len(env.Clients))]
+			if err := n.Signal(ctx, syscall.SIGSTOP); err != nil {
+				return nil, fmt.Errorf("pause %s: %w", n.Name(), err)
+			}
+			return &pauseFault{node: n, detail: ClientFreeze + "; no holder short of its write was in sight" + note()}, nil
+		}
+		if err := n.Signal(ctx, syscall.SIGSTOP); err != nil {
+			return nil, fmt.Errorf("pause %s: %w", n.Name(), err)
+		}
+		f := &pauseFault{node: n, detail: ClientFreeze}
+		select {
+		case <-ctx.Done():
+			return f, nil
+		case <-time.After(holderSettle):
+		}
+		if now, ok := env.Unwritten(n.Name()); ok && now == hold {
+			f.detail += "; it froze before its hold's write" + note()
+			return f, nil
+		}
+		if try >= holderTries {
+			f.detail += "; the freeze came after its hold's write" + note()
+			return f, nil
+		}
+		missed = append(missed, n.Name())
+		if err := f.Heal(ctx); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // ClientFreeze is how a pause freezes a client: its whole node at once,

@@ -133,6 +133,8 @@ type activity struct {
 	since time.Time
 	key   string
 	token uint64
+	// op is the operation's ID: it names the hold.
+	op int64
 }
 
 // Name implements Workload.
@@ -157,6 +159,16 @@ func (w *Counter) InCriticalSection() []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// Unwritten reports whether client holds a lock and has not yet sent its
+// write, and names the hold (its operation's ID), so that a fault can tell,
+// once it has landed, whether the same hold is still short of its write.
+func (w *Counter) Unwritten(client string) (hold int64, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	a := w.activity[client]
+	return a.op, a.phase == Holding
 }
 
 func (w *Counter) setPhase(client string, a activity) {
@@ -230,7 +242,7 @@ func (w *Counter) op(ctx context.Context, c *Client, n int, f, key string, fence
 		onEvent = func(r agent.Response) {
 			switch r.Ev {
 			case agent.EvAcquired:
-				w.setPhase(c.Name, activity{phase: Holding, key: key, token: r.Token, since: time.Now()})
+				w.setPhase(c.Name, activity{phase: Holding, key: key, token: r.Token, since: time.Now(), op: req.ID})
 			case agent.EvWrite:
 				w.setPhase(c.Name, activity{phase: Writing, key: key})
 			}

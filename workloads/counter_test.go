@@ -3,6 +3,7 @@ package workloads
 import (
 	"context"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -96,6 +97,7 @@ func TestCounterFollowsHolders(t *testing.T) {
 				out <- outcome{done, err}
 			}()
 			named := false
+			holds := map[int64]bool{} // the holds Unwritten named
 			var o outcome
 		poll:
 			for {
@@ -104,6 +106,9 @@ func TestCounterFollowsHolders(t *testing.T) {
 					break poll
 				case <-time.After(5 * time.Millisecond):
 					named = named || slices.Contains(w.InCriticalSection(), "c1")
+					if h, ok := w.Unwritten("c1"); ok {
+						holds[h] = true
+					}
 				}
 			}
 			if o.err != nil || o.done.Type != history.OK {
@@ -111,6 +116,12 @@ func TestCounterFollowsHolders(t *testing.T) {
 			}
 			if named == quiet {
 				t.Fatalf("quiet=%v: holder named while it held: %v", quiet, named)
+			}
+			if want := map[int64]bool{o.done.ID: true}; !quiet && !maps.Equal(holds, want) || quiet && len(holds) > 0 {
+				t.Fatalf("quiet=%v: Unwritten named holds %v, want the operation's (%d) while it held", quiet, holds, o.done.ID)
+			}
+			if _, ok := w.Unwritten("c1"); ok {
+				t.Fatal("Unwritten still names the hold after its write")
 			}
 			// (The hold is recorded shrunk by the clock mapping's uncertainty.)
 			if o.done.Acquired == 0 || o.done.WriteAt == 0 || o.done.Released < o.done.Acquired || o.done.Hold < int64(work) {

@@ -119,11 +119,16 @@ func TestPostgresStore(t *testing.T) {
 }
 
 // pgStoreRun is a short run of target (with client, when set) behind
-// --store postgres under pauses of the holder.
+// --store postgres under pauses of the holder. A pause lands before its
+// holder's write (the pause nemesis checks that once the freeze is in
+// force) and outlasts the 2 s lease by more than another holder's 1 s
+// of work, so the paused write comes after the next holder's: refused
+// when fenced, a lost update when not.
 func pgStoreRun(target, client, workload string, extra ...string) []string {
 	args := []string{"run", "--target", target, "--store", "postgres", "--workload", workload,
 		"--nemesis", "pause", "--pause-targets", "holder=1", "--time-limit", "10s",
-		"--concurrency", "4", "--keys", "1", "--work", "1s", "--nemesis-interval", "1500ms", "--seed", "5"}
+		"--concurrency", "4", "--keys", "1", "--work", "1s", "--nemesis-interval", "1500ms", "--seed", "5",
+		"--fault-min", "4s", "--fault-max", "5s"}
 	if client != "" {
 		args = append(args, "--client", client)
 	}
