@@ -32,21 +32,13 @@ func TestRunnerInMemory(t *testing.T) {
 		t.Skip("runs the harness for about 15s")
 	}
 	dir := t.TempDir()
-	path := filepath.Join(dir, "inmem.yaml")
-	set := `name: inmem
+	s := writeSet(t, dir, `name: inmem
 time_limit: 7s
 seeds: [1]
 scenarios:
   - {name: unchecked-release, targets: [redis]}
   - {name: bypass-writer, targets: [redis], valid: "true"}
-`
-	if err := os.WriteFile(path, []byte(set), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s, err := LoadSet(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	w := harnesstest.World{Target: inmem.Target{Alias: "redis"}}
 	rn := &Runner{Deps: w.Deps(t), ResultsDir: filepath.Join(dir, "results")}
 	m := rn.Run(context.Background(), s)
@@ -74,8 +66,7 @@ func TestRunnerParallel(t *testing.T) {
 		t.Skip("runs the harness for about 20s")
 	}
 	dir := t.TempDir()
-	path := filepath.Join(dir, "par.yaml")
-	set := `name: par
+	s := writeSet(t, dir, `name: par
 time_limit: 6s
 seeds: [1]
 scenarios:
@@ -83,14 +74,7 @@ scenarios:
   - {name: correct-pattern, targets: [etcd]}
   - {name: bypass-writer, targets: [redis], valid: "true"}
   - {name: correct-pattern, targets: [redis]}
-`
-	if err := os.WriteFile(path, []byte(set), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s, err := LoadSet(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	w := harnesstest.World{Target: inmem.Target{Alias: "redis"}}
 	deps, runs := countRuns(w.Deps(t))
 	rn := &Runner{Deps: deps, ResultsDir: filepath.Join(dir, "results"), Parallel: 3}
@@ -257,21 +241,13 @@ func TestRunnerEarlyEnd(t *testing.T) {
 		t.Skip("runs the harness for about 10s")
 	}
 	dir := t.TempDir()
-	path := filepath.Join(dir, "early.yaml")
-	set := `name: early
+	s := writeSet(t, dir, `name: early
 time_limit: 40s
 seeds: [1]
 early_end: true
 scenarios:
   - {name: holder-lost-recovery, targets: [redis]}
-`
-	if err := os.WriteFile(path, []byte(set), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s, err := LoadSet(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	w := harnesstest.World{Target: inmem.Target{Alias: "redis"}}
 	rn := &Runner{Deps: w.Deps(t), ResultsDir: filepath.Join(dir, "results")}
 	m := rn.Run(context.Background(), s)
@@ -300,21 +276,13 @@ func TestRunnerReuseOrder(t *testing.T) {
 		t.Skip("runs the harness for about 15s")
 	}
 	dir := t.TempDir()
-	path := filepath.Join(dir, "order.yaml")
-	set := `name: order
+	s := writeSet(t, dir, `name: order
 time_limit: 7s
 seeds: [1]
 scenarios:
   - {name: token-across-restarts, targets: [redis]}
   - {name: unchecked-release, targets: [redis]}
-`
-	if err := os.WriteFile(path, []byte(set), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	s, err := LoadSet(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+`)
 	w := harnesstest.World{Target: inmem.Target{Alias: "redis"}}
 	deps := w.Deps(t)
 	deps.Pool = harness.NewPool(nil)
@@ -340,4 +308,18 @@ scenarios:
 	if pauser.From != "" || !pauser.HandedOn || killer.From == "" || killer.From != strings.TrimSuffix(pauser.KeyPrefix, "-") || killer.HandedOn {
 		t.Fatalf("token-across-restarts %+v, unchecked-release %+v: want the pause's run first, handing its node to the kill's", killer, pauser)
 	}
+}
+
+// writeSet writes a set file of text in dir and loads it.
+func writeSet(t *testing.T, dir, text string) *Set {
+	t.Helper()
+	path := filepath.Join(dir, "set.yaml")
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s, err := LoadSet(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
