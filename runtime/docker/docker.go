@@ -101,14 +101,9 @@ type Runtime struct {
 	// consoles are attached.
 	consoles string
 
-	mu      sync.Mutex
-	netID   string
-	netName string
-	prefix  netip.Prefix
-	next    netip.Addr
-	addrs   map[string]netip.Addr
-	nodes   []*Node
-	closed  bool
+	mu sync.Mutex
+	runNet
+	closed bool
 	// kept are the nodes Close leaves running, with the network, for a
 	// later run (Keep); empty: Close removes everything.
 	kept map[*Node]bool
@@ -119,12 +114,23 @@ var (
 	_ runtime.Keeper  = (*Runtime)(nil)
 )
 
+// runNet is a run's network and the nodes on it: a Runtime's, and what
+// it keeps for the next run ([Runtime.Keep]).
+type runNet struct {
+	netID   string
+	netName string
+	prefix  netip.Prefix
+	next    netip.Addr
+	addrs   map[string]netip.Addr
+	nodes   []*Node
+}
+
 // New creates the run's network on a free /24 of 10.231.0.0/16.
 func New(ctx context.Context, cli *client.Client, opts Options) (*Runtime, error) {
 	if opts.Log == nil {
 		opts.Log = slog.New(slog.DiscardHandler)
 	}
-	r := &Runtime{cli: cli, opts: opts, addrs: map[string]netip.Addr{}, netName: "splitbrain-" + opts.RunID}
+	r := &Runtime{cli: cli, opts: opts, runNet: runNet{addrs: map[string]netip.Addr{}, netName: "splitbrain-" + opts.RunID}}
 	if err := r.makeConsoles(); err != nil {
 		return nil, err
 	}
@@ -510,7 +516,8 @@ func (r *Runtime) Keep(nodes []runtime.Node) (runtime.Kept, error) {
 		}
 		set[dn] = true
 	}
-	k := &kept{cli: r.cli, control: r.opts.Control, netID: r.netID, netName: r.netName, prefix: r.prefix, next: r.next, addrs: maps.Clone(r.addrs)}
+	k := &kept{cli: r.cli, control: r.opts.Control, runNet: r.runNet}
+	k.addrs, k.nodes = maps.Clone(r.addrs), nil
 	for _, n := range r.nodes {
 		if set[n] {
 			k.nodes = append(k.nodes, n)
@@ -524,12 +531,7 @@ func (r *Runtime) Keep(nodes []runtime.Node) (runtime.Kept, error) {
 type kept struct {
 	cli     *client.Client
 	control string
-	netID   string
-	netName string
-	prefix  netip.Prefix
-	next    netip.Addr
-	addrs   map[string]netip.Addr
-	nodes   []*Node
+	runNet
 
 	mu   sync.Mutex
 	used bool
@@ -557,8 +559,7 @@ func (k *kept) Next(runID string, log *slog.Logger) (runtime.Runtime, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	r := &Runtime{cli: k.cli, opts: Options{RunID: runID, Control: k.control, Log: log},
-		netID: k.netID, netName: k.netName, prefix: k.prefix, next: k.next, addrs: k.addrs, nodes: k.nodes}
+	r := &Runtime{cli: k.cli, opts: Options{RunID: runID, Control: k.control, Log: log}, runNet: k.runNet}
 	if err := r.makeConsoles(); err != nil {
 		k.used = false
 		return nil, err
