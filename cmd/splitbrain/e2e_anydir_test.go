@@ -19,6 +19,7 @@ import (
 // program in the images) that ends valid with its results under that
 // directory.
 func TestAnyDirectory(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	dir := t.TempDir()

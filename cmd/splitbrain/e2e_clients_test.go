@@ -22,6 +22,7 @@ func libraryRun(target, client, workload string, extra ...string) []string {
 // token, the store stops the late writes (valid); and a library without
 // tokens is refused the fenced workload in one line.
 func TestLibraryVerdicts(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis", "etcd", "redis-sentinel", "mariadb",
 		"client-redis-py", "client-etcd-v3.7", "client-redis-py-sentinel", "client-mariadb-pymysql")
@@ -73,6 +74,7 @@ func TestLibraryVerdicts(t *testing.T) {
 // clients (valid: Redis expires the lock by its own clock, so the
 // adapter's skewed clock changes nothing).
 func TestYourOwnClient(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	own := []string{"run", "--target", "redis", "--client", "python3 my_lock.py", "--client-files", "../../docs/examples/my-client",

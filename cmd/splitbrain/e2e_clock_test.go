@@ -61,6 +61,7 @@ func noErrors(t *testing.T, res map[string]any) {
 // jumps make the robbed holder's late write follow from nearly every jump,
 // not from how a loaded machine happens to time a 300 ms section.
 func TestClockRedisVerdicts(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	common := []string{"run", "--target", "redis", "--nemesis", "clock", "--time-limit", "15s",
@@ -121,6 +122,7 @@ func TestClockRedisVerdicts(t *testing.T) {
 // in 20 s, so that a client jumped while it waits steals even on a loaded
 // machine (2 jumps of 2-6 s in 15 s once gave no overlap under load).
 func TestClockRedisClientExpiry(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	code, res, _ := e2eRun(t, "run", "--target", "redis", "--workload", "unfenced-counter", "--nemesis", "clock",
@@ -155,6 +157,7 @@ func TestClockRedisClientExpiry(t *testing.T) {
 // promise, and the tokens stay in order and the store keeps the data
 // whatever the lock verdict.
 func TestClockRaftFencedValid(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	for _, target := range []string{"etcd", "lockd"} {
 		t.Run(target, func(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 // their session's lease lose updates without fencing; with fencing the data
 // survive pauses, partitions and kills.
 func TestEtcdVerdicts(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "etcd")
 

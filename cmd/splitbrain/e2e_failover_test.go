@@ -25,6 +25,7 @@ func splitBrainRun(workload string, extra ...string) []string {
 // store refuses the tokens that went back, so the data stays valid; with
 // WAIT 1 after each grant the cut-off primary grants nothing.
 func TestRedisSentinelVerdicts(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis-sentinel")
 	t.Run("unfenced split brain loses updates", func(t *testing.T) {
@@ -74,6 +75,7 @@ func mariaRun(workload, nemesis string, extra ...string) []string {
 // pauses and partitions of the holder and through kills of the server,
 // and never goes back across them (the fence-order checker).
 func TestMariaDBVerdicts(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "mariadb")
 	t.Run("unfenced under pauses is invalid", func(t *testing.T) {

@@ -24,6 +24,7 @@ func kubeRun(workload, nemesis string, extra ...string) []string {
 // has read the Lease again: a live lock given away, now and then, which
 // TestReleaseOfALeaseTakenMeanwhile in targets/kubernetes shows every time.)
 func TestKubernetesVerdicts(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "etcd", "kubernetes")
 	t.Run("unfenced under leader pauses is invalid", func(t *testing.T) {

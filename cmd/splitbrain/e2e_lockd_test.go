@@ -16,6 +16,7 @@ import (
 // A correct lock service is not enough: the data stays safe only because
 // of the token.
 func TestLockdVerdicts(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "lockd")
 	// Pauses last TTL+1s .. 2×TTL+1s (3 s .. 5 s): always past the lease.

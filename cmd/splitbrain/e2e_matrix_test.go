@@ -23,6 +23,7 @@ import (
 // a deliberately wrong expectation makes the matrix fail with one clear
 // line.
 func TestMatrix(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	dir := t.TempDir()
@@ -61,6 +62,7 @@ func TestMatrix(t *testing.T) {
 // its own network, give the verdicts they give one at a time (the smoke
 // set's), overlap in time, and leave nothing behind.
 func TestMatrixParallel(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	dir := t.TempDir()

@@ -62,6 +62,7 @@ func mutexRun(target, client, files, workload string, extra ...string) []string 
 // (the store refuses the late writes by token), so only the lock's own
 // verdict can show its bug.
 func TestMutexFixtures(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis", "etcd")
 	for _, tc := range []struct {
@@ -138,6 +139,7 @@ func TestMutexFixtures(t *testing.T) {
 // is taken when its wait begins (the long-wait step), against a real etcd
 // cluster whose leases expire by waiting out their TTL.
 func TestClientCheckEarlyLease(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	rt, imgs := testenv.Runtime(t, "m", etcd.Role)
 	bin := filepath.Join(earlyLeaseDir(t), "etcd-early-lease")
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

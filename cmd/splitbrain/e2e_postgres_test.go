@@ -22,6 +22,7 @@ func pgRun(workload string, extra ...string) []string {
 // restart of PostgreSQL (its locks vanish, its sequence does not: the
 // fence-order checker judges it).
 func TestPostgresVerdicts(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "postgres")
 
@@ -82,6 +83,7 @@ func TestPostgresVerdicts(t *testing.T) {
 // pauses; redsync, which gives no token, is kept correct by the version
 // check, and without it (plain UPDATEs) loses updates.
 func TestPostgresStore(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleClient, "postgres", "redis", "etcd", "lockd")
 	for _, target := range []string{"redis", "etcd", "lockd", "postgres"} {

@@ -13,6 +13,7 @@ import (
 // tokens out again (the lock invalid for fence order); fsynced before every
 // reply it keeps them (valid). docs/power-loss.md has the rates over seeds.
 func TestPowerLossRedisVerdicts(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	common := []string{"run", "--target", "redis", "--workload", "fenced-counter", "--nemesis", "power-loss",

@@ -201,6 +201,7 @@ func (w sshTestLog) Write(p []byte) (int, error) {
 // TestSSHRuntime runs etcd tests on three hosts through the SSH runtime
 // only, and checks host-key verification.
 func TestSSHRuntime(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	lab := startSSHLab(t, 3)
 
 	t.Run("a changed host key is refused and nothing runs", func(t *testing.T) {

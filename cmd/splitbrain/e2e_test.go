@@ -29,13 +29,18 @@ import (
 // on kubernetes), and a run of two or three pauses that all missed lost
 // no update; 500 ms holds on a loaded machine too.
 //
-// The real-run tests run one at a time. Two at a time (t.Parallel) took
-// the package from 2,978 s to 1,783 s beside two busy loops, but made the
-// machine as loaded as the busy loops do on a quiet CI runner: holder
-// pauses missed their writes (TestPostgresStore, 1 s sections at load
-// 20) and a power loss found no write in its last second. Side by side
-// comes back once a pause counts as landed only on a holder that has not
-// written yet (docs/ci.md).
+// The real-run tests call t.Parallel, so go test runs them -parallel
+// (GOMAXPROCS) at a time, after the package's other tests: a run spends
+// most of its wall time waiting (bring-up, sections, pauses, leases
+// running out), and one after the other they held the package for 45-55
+// minutes beside two busy loops. Runs side by side are what matrix and
+// validate --parallel do (own network, run ID and results directory
+// each); a test must not depend on being alone on the engine. Two at a
+// time load the machine as much as two busy loops do; the events the
+// tests expect hold at that load by construction: a freeze of a holder
+// counts only once it is seen to have landed before the holder's write
+// (the pause nemesis resumes a late one and freezes another holder), and
+// the power-loss test's cuts wait for an unsynced write.
 func e2eRun(t *testing.T, args ...string) (int, map[string]any, string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -80,6 +85,7 @@ func checker(res map[string]any, name string) map[string]any {
 // holders paused past their lease lose updates without fencing and are
 // stopped by the store with it.
 func TestRedisVerdicts(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, "redis")
 	common := []string{"run", "--target", "redis", "--nemesis", "pause", "--time-limit", "15s",

@@ -60,6 +60,7 @@ func zkVerdicts(t *testing.T, extra ...string) {
 
 // TestZooKeeperGoVerdicts: go-zookeeper/zk's Lock, in process.
 func TestZooKeeperGoVerdicts(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, images.RoleClient, zookeeper.Role)
 	zkVerdicts(t)
@@ -68,6 +69,7 @@ func TestZooKeeperGoVerdicts(t *testing.T) {
 // TestZooKeeperCuratorVerdicts: Apache Curator's InterProcessMutex, a Java
 // adapter through the client protocol.
 func TestZooKeeperCuratorVerdicts(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, "client-"+zookeeper.CuratorKind, zookeeper.Role)
 	zkVerdicts(t, "--client", zookeeper.CuratorKind)
@@ -76,6 +78,7 @@ func TestZooKeeperCuratorVerdicts(t *testing.T) {
 // TestZooKeeperKazooVerdicts: Kazoo's Lock, a Python adapter through the
 // client protocol.
 func TestZooKeeperKazooVerdicts(t *testing.T) {
+	t.Parallel() // beside one other real run: see e2eRun
 	cli := testenv.Docker(t)
 	testenv.Images(t, cli, images.RoleStore, "client-"+zookeeper.KazooKind, zookeeper.Role)
 	zkVerdicts(t, "--client", zookeeper.KazooKind)
