@@ -262,9 +262,11 @@ func (d *Daemon) answer(c net.Conn) {
 			r.Error = err.Error()
 		}
 	case CmdRelease:
-		r.Stats, r.Cut = d.Stats(), true
+		r.Stats = d.Stats()
 		if err := d.Release(); err != nil {
 			r.Error = err.Error()
+		} else {
+			r.Cut = true
 		}
 	default:
 		r.Error = fmt.Sprintf("unknown command %q (want %s, %s, %s DURATION or %s)", strings.TrimSpace(line), CmdStats, CmdCut, CmdCutUnsynced, CmdRelease)
