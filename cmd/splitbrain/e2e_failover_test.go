@@ -92,8 +92,11 @@ func TestMariaDBVerdicts(t *testing.T) {
 		assertNoLeftovers(t, cli, res["run_id"].(string))
 	})
 	t.Run("fenced under pauses and partitions is valid", func(t *testing.T) {
+		// Both kinds on their own schedules, so both land whatever the
+		// load; pauses outlast the 2 s session by more than the next
+		// holder's 1 s of work, so the paused write comes after its.
 		code, res, _ := e2eRun(t, mariaRun("fenced-counter", "pause,partition", "--pause-targets", "holder=1",
-			"--partitions", "clients-from-locks", "--time-limit", "16s")...)
+			"--partitions", "clients-from-locks", "--time-limit", "16s", "--fault-overlap", "--fault-min", "4s", "--fault-max", "5s")...)
 		if code != exitValid || res["valid"] != true {
 			t.Fatalf("exit %d, valid %v: want valid (late writes refused by the store)", code, res["valid"])
 		}

@@ -34,7 +34,8 @@ func zkVerdicts(t *testing.T, extra ...string) {
 	})
 	t.Run("fenced under pause, partition and kill is valid", func(t *testing.T) {
 		args := append([]string{"run", "--target", "zookeeper", "--workload", "fenced-counter", "--nemesis", "pause,partition,kill",
-			"--time-limit", "25s", "--concurrency", "4", "--keys", "2", "--nemesis-interval", "1500ms", "--seed", "1"}, extra...)
+			"--time-limit", "25s", "--concurrency", "4", "--keys", "2", "--nemesis-interval", "1500ms", "--seed", "1",
+			"--fault-overlap"}, extra...) // every kind lands, whatever the load (see TestEtcdVerdicts)
 		code, res, _ := e2eRun(t, args...)
 		if code != exitValid || res["valid"] != true {
 			t.Fatalf("exit %d, valid %v", code, res["valid"])
