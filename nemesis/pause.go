@@ -178,10 +178,9 @@ func (p *Pause) freezeHolder(ctx context.Context, env *Env, rng *rand.Rand) (Fau
 			if len(names) > 0 && try < holderTries {
 				continue // the holder wrote in between: look again
 			}
-			if len(env.Clients) == 0 {
-				return nil, fmt.Errorf("no node in group %q", GroupClient)
+			if n, err = env.Choose(ctx, rng, GroupClient, 0); err != nil {
+				return nil, err
 			}
-			n = env.Clients[rng.IntN(len(env.Clients))]
 			if err := n.Signal(ctx, syscall.SIGSTOP); err != nil {
 				return nil, fmt.Errorf("pause %s: %w", n.Name(), err)
 			}
@@ -205,7 +204,11 @@ func (p *Pause) freezeHolder(ctx context.Context, env *Env, rng *rand.Rand) (Fau
 			return f, nil
 		}
 		missed = append(missed, n.Name())
-		if err := f.Heal(ctx); err != nil {
+		// Resumed even when ctx has just ended: nothing else would.
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		err = f.Heal(hctx)
+		cancel()
+		if err != nil {
 			return nil, err
 		}
 	}
