@@ -125,11 +125,8 @@ func (d *Daemon) CutUnsynced(ctx context.Context, wait time.Duration) (Stats, ti
 		case now := <-tick.C:
 			dt := now.Sub(last)
 			last = now
-			if now.Sub(start) >= wait {
-				s, err := d.Cut()
-				return s, time.Since(start), err
-			}
-			if d.Stats().Unsynced > 0 && rand.Float64() < -math.Expm1(-float64(dt)/float64(unsyncedMean)) {
+			lands := d.Stats().Unsynced > 0 && rand.Float64() < -math.Expm1(-float64(dt)/float64(unsyncedMean))
+			if lands || now.Sub(start) >= wait {
 				s, err := d.Cut()
 				return s, time.Since(start), err
 			}
@@ -255,6 +252,7 @@ func (d *Daemon) answer(c net.Conn) {
 			r.Error = fmt.Sprintf("%s wants a duration to wait, like %q; got %q", CmdCutUnsynced, CmdCutUnsynced+" 2s", arg)
 			break
 		}
+		c.SetDeadline(time.Now().Add(time.Minute + wait))
 		var waited time.Duration
 		r.Stats, waited, err = d.CutUnsynced(context.Background(), wait)
 		r.Cut, r.WaitedMS = true, waited.Milliseconds()

@@ -244,14 +244,15 @@ const readyWait = 20 * time.Second
 func awaitDaemon(ctx context.Context, n runtime.Node, wait time.Duration) error {
 	return runtime.Poll(ctx, n.Name()+": power-loss filesystem not answering", wait, 200*time.Millisecond,
 		func(ctx context.Context) error {
-			_, err := ask(ctx, n, powerfs.CmdStats)
+			_, err := ask(ctx, n, 0, powerfs.CmdStats)
 			return err
 		})
 }
 
-// ask runs `splitbrain powerfs CMD` in n.
-func ask(ctx context.Context, n runtime.Node, cmd ...string) (powerfs.Reply, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+// ask runs `splitbrain powerfs CMD` in n, allowing it 30 s more than
+// the wait the command asks for.
+func ask(ctx context.Context, n runtime.Node, wait time.Duration, cmd ...string) (powerfs.Reply, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second+wait)
 	defer cancel()
 	out, err := runtime.Run(ctx, n, append([]string{binary, "powerfs"}, cmd...)...)
 	if err != nil {
@@ -316,19 +317,19 @@ func (nm *Nemesis) Inject(ctx context.Context, env *nemesis.Env, rng *rand.Rand)
 		// (never seen: the stop is delivered first), so that the kill can
 		// end it (powerfs.Daemon.Release).
 		each(func(i int, n runtime.Node) error {
-			r, err := ask(ctx, n, powerfs.CmdCut, "--wait-unsynced", nm.WaitUnsynced.String())
+			r, err := ask(ctx, n, nm.WaitUnsynced, powerfs.CmdCut, "--wait-unsynced", nm.WaitUnsynced.String())
 			stats[i], waited[i] = r.Stats, time.Duration(r.WaitedMS)*time.Millisecond
 			return err
 		})
 		each(func(_ int, n runtime.Node) error { return n.Signal(ctx, syscall.SIGSTOP) })
 		each(func(_ int, n runtime.Node) error {
-			_, err := ask(ctx, n, powerfs.CmdRelease)
+			_, err := ask(ctx, n, 0, powerfs.CmdRelease)
 			return err
 		})
 	} else {
 		each(func(_ int, n runtime.Node) error { return n.Signal(ctx, syscall.SIGSTOP) })
 		each(func(i int, n runtime.Node) error {
-			r, err := ask(ctx, n, powerfs.CmdCut)
+			r, err := ask(ctx, n, 0, powerfs.CmdCut)
 			stats[i] = r.Stats
 			return err
 		})
