@@ -116,12 +116,12 @@ func TestAgentOutcomes(t *testing.T) {
 		kind   string
 		events int
 	}{
-		{"ok", nil, false, nil, history.OK, "", 2}, // acquired, write
+		{"ok", nil, false, nil, history.OK, "", 3}, // acquired, read, write
 		{"busy", nil, false, func(l *inmem.Service, _ *store.Mem) { holdLock(t, l) }, history.Fail, history.ErrBusy, 0},
 		{"lock unavailable", map[string]string{"available": "no"}, false, nil, history.Fail, history.ErrLockUnavailable, 0},
 		{"stale token on read", nil, true, func(_ *inmem.Service, s *store.Mem) { s.Store().Write("k", 0, 0, true, 99) }, history.Fail, history.ErrStaleToken, 1},
-		{"store unreachable on write", nil, false, func(_ *inmem.Service, s *store.Mem) { s.Fail(store.Deliver, store.Refuse) }, history.Fail, history.ErrStoreUnavailable, 2},
-		{"store silent on write", nil, false, func(_ *inmem.Service, s *store.Mem) { s.Fail(store.Deliver, store.LoseAnswer) }, history.Info, history.ErrStoreUnavailable, 2},
+		{"store unreachable on write", nil, false, func(_ *inmem.Service, s *store.Mem) { s.Fail(store.Deliver, store.Refuse) }, history.Fail, history.ErrStoreUnavailable, 3},
+		{"store silent on write", nil, false, func(_ *inmem.Service, s *store.Mem) { s.Fail(store.Deliver, store.LoseAnswer) }, history.Info, history.ErrStoreUnavailable, 3},
 	}
 	for _, tr := range transports {
 		for _, tt := range tests {

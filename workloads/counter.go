@@ -120,7 +120,10 @@ type Phase int
 const (
 	Idle Phase = iota
 	Acquiring
-	// Holding: granted, reading or working, not yet writing.
+	// Reading: granted, the counter's read not yet answered.
+	Reading
+	// Holding: read, working, not yet writing: a pause here makes the
+	// late write of a stale read.
 	Holding
 	// Writing: the write has been sent.
 	Writing
@@ -143,9 +146,9 @@ func (w *Counter) Name() string { return w.name }
 // Key names counter i.
 func Key(i int) string { return fmt.Sprintf("k%d", i) }
 
-// InCriticalSection names the clients that hold a lock and have most of
-// their work still ahead of them: pausing (or cutting off) one of them makes
-// a late write. A holder past half its work is left out: a fault takes some
+// InCriticalSection names the clients that hold a lock, have read the
+// counter and have most of their work still ahead of them: pausing (or
+// cutting off) one of them makes a late write of a stale read. A holder past half its work is left out: a fault takes some
 // milliseconds to land, and one that lands after the write proves nothing.
 // A Quiet workload names nobody.
 func (w *Counter) InCriticalSection() []string {
@@ -161,14 +164,23 @@ func (w *Counter) InCriticalSection() []string {
 	return out
 }
 
-// Unwritten reports whether client holds a lock and has not yet sent its
-// write, and names the hold (its operation's ID), so that a fault can tell,
+// Unwritten reports whether client holds a lock, has read the counter and
+// has not yet sent its write, and names the hold (its operation's ID), so that a fault can tell,
 // once it has landed, whether the same hold is still short of its write.
 func (w *Counter) Unwritten(client string) (hold int64, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	a := w.activity[client]
 	return a.op, a.phase == Holding
+}
+
+// update changes client's activity in place.
+func (w *Counter) update(client string, f func(*activity)) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	a := w.activity[client]
+	f(&a)
+	w.activity[client] = a
 }
 
 func (w *Counter) setPhase(client string, a activity) {
@@ -242,7 +254,9 @@ func (w *Counter) op(ctx context.Context, c *Client, n int, f, key string, fence
 		onEvent = func(r agent.Response) {
 			switch r.Ev {
 			case agent.EvAcquired:
-				w.setPhase(c.Name, activity{phase: Holding, key: key, token: r.Token, since: time.Now(), op: req.ID})
+				w.setPhase(c.Name, activity{phase: Reading, key: key, token: r.Token, since: time.Now(), op: req.ID})
+			case agent.EvRead:
+				w.update(c.Name, func(a *activity) { a.phase, a.since = Holding, time.Now() })
 			case agent.EvWrite:
 				w.setPhase(c.Name, activity{phase: Writing, key: key})
 			}

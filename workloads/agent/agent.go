@@ -290,6 +290,9 @@ func (a *agent) readModifyWrite(ctx context.Context, op OpRequest, token uint64)
 		return res
 	}
 	res.Read = &history.Value{Value: e.Value, Tag: e.Tag}
+	if !op.Quiet {
+		a.send(Response{Type: RespEvent, ID: op.ID, Ev: EvRead, Mono: a.deps.Mono()})
+	}
 
 	a.deps.Step()
 	if w := time.Duration(a.cfg.Work); w > 0 {

@@ -302,9 +302,9 @@ func TestCriticalSection(t *testing.T) {
 		value  int64 // the counter after
 	}{
 		{name: "ok unfenced", op: agent.OpRequest{}, typ: history.OK,
-			events: []string{agent.EvAcquired, agent.EvWrite}, calls: unfenced, value: 1},
+			events: []string{agent.EvAcquired, agent.EvRead, agent.EvWrite}, calls: unfenced, value: 1},
 		{name: "ok fenced: the token goes with the read and the write", op: agent.OpRequest{Fenced: true}, typ: history.OK,
-			events: []string{agent.EvAcquired, agent.EvWrite}, calls: fenced, value: 1},
+			events: []string{agent.EvAcquired, agent.EvRead, agent.EvWrite}, calls: fenced, value: 1},
 		{name: "busy", setup: func(r rig) { hold(t, r.locks) }, typ: history.Fail, kind: history.ErrBusy},
 		{name: "lock unavailable", opts: map[string]string{"available": "no"}, typ: history.Fail, kind: history.ErrLockUnavailable},
 		{name: "stale token on the read", op: agent.OpRequest{Fenced: true},
@@ -312,21 +312,21 @@ func TestCriticalSection(t *testing.T) {
 			typ:   history.Fail, kind: history.ErrStaleToken, events: []string{agent.EvAcquired}, calls: fenced[:1]},
 		{name: "stale token on the write", op: agent.OpRequest{Fenced: true},
 			setup: func(r rig) { r.st.beforeWrite = func() { r.st.Store().Write("k", 5, 0, true, 99) } },
-			typ:   history.Fail, kind: history.ErrStaleToken, events: []string{agent.EvAcquired, agent.EvWrite}, calls: fenced, value: 5},
+			typ:   history.Fail, kind: history.ErrStaleToken, events: []string{agent.EvAcquired, agent.EvRead, agent.EvWrite}, calls: fenced, value: 5},
 		{name: "store unreachable on the read", setup: func(r rig) { r.st.Fail(store.Refuse, store.Deliver) },
 			typ: history.Fail, kind: history.ErrStoreUnavailable, events: []string{agent.EvAcquired}, calls: unfenced[:1]},
 		{name: "store silent on the read", setup: func(r rig) { r.st.Fail(store.LoseAnswer, store.Deliver) },
 			typ: history.Fail, kind: history.ErrStoreUnavailable, events: []string{agent.EvAcquired}, calls: unfenced[:1]},
 		{name: "store unreachable on the write", setup: func(r rig) { r.st.Fail(store.Deliver, store.Refuse) },
-			typ: history.Fail, kind: history.ErrStoreUnavailable, events: []string{agent.EvAcquired, agent.EvWrite}, calls: unfenced},
+			typ: history.Fail, kind: history.ErrStoreUnavailable, events: []string{agent.EvAcquired, agent.EvRead, agent.EvWrite}, calls: unfenced},
 		{name: "unknown outcome of the write", setup: func(r rig) { r.st.Fail(store.Deliver, store.LoseAnswer) },
-			typ: history.Info, kind: history.ErrStoreUnavailable, events: []string{agent.EvAcquired, agent.EvWrite}, calls: unfenced, value: 1},
+			typ: history.Info, kind: history.ErrStoreUnavailable, events: []string{agent.EvAcquired, agent.EvRead, agent.EvWrite}, calls: unfenced, value: 1},
 		{name: "lease lost before the release", setup: func(r rig) { r.st.beforeWrite = func() { r.clock.Advance(time.Hour) } },
-			typ: history.OK, relErr: "not-owner", events: []string{agent.EvAcquired, agent.EvWrite}, calls: unfenced, value: 1},
+			typ: history.OK, relErr: "not-owner", events: []string{agent.EvAcquired, agent.EvRead, agent.EvWrite}, calls: unfenced, value: 1},
 		{name: "lock service gone before the release", setup: func(r rig) { r.st.beforeWrite = r.locks.Stop },
-			typ: history.OK, relErr: history.ErrLockUnavailable, events: []string{agent.EvAcquired, agent.EvWrite}, calls: unfenced, value: 1},
+			typ: history.OK, relErr: history.ErrLockUnavailable, events: []string{agent.EvAcquired, agent.EvRead, agent.EvWrite}, calls: unfenced, value: 1},
 		{name: "bypass writer: no lock, no token", op: agent.OpRequest{Fenced: true, Bypass: true}, typ: history.OK,
-			events: []string{agent.EvWrite}, calls: unfenced, value: 1},
+			events: []string{agent.EvRead, agent.EvWrite}, calls: unfenced, value: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -456,8 +456,10 @@ func TestStepFreezes(t *testing.T) {
 	}
 	frozen.Store(false)
 	close(gate)
-	if r := s.recv(); r.Ev != agent.EvWrite {
-		t.Fatalf("after thawing: %+v", r)
+	for _, ev := range []string{agent.EvRead, agent.EvWrite} {
+		if r := s.recv(); r.Ev != ev {
+			t.Fatalf("after thawing: %+v, want the %s event", r, ev)
+		}
 	}
 	if r := s.recv(); r.Type != agent.RespDone || r.Result.Type != history.OK {
 		t.Fatalf("after thawing: %+v", r)

@@ -43,7 +43,9 @@ const (
 // Progress events within an operation.
 const (
 	EvAcquired = "acquired"
-	EvWrite    = "write"
+	// EvRead: the counter was read; the write is still ahead.
+	EvRead  = "read"
+	EvWrite = "write"
 )
 
 // Request is one line from the harness.
