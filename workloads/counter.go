@@ -256,7 +256,11 @@ func (w *Counter) op(ctx context.Context, c *Client, n int, f, key string, fence
 			case agent.EvAcquired:
 				w.setPhase(c.Name, activity{phase: Reading, key: key, token: r.Token, since: time.Now(), op: req.ID})
 			case agent.EvRead:
-				w.update(c.Name, func(a *activity) { a.phase, a.since = Holding, time.Now() })
+				w.update(c.Name, func(a *activity) {
+					if a.phase == Reading { // a bypass writer holds nothing
+						a.phase, a.since = Holding, time.Now()
+					}
+				})
 			case agent.EvWrite:
 				w.setPhase(c.Name, activity{phase: Writing, key: key})
 			}
