@@ -40,8 +40,8 @@ type Env struct {
 	// written (nil when unknown, or when no nemesis of the run is a
 	// [HolderTargeter] that targets holders).
 	InCriticalSection func() []string
-	// Unwritten reports whether client holds a lock and has not yet sent
-	// its write, and names the hold (the same mark for as long as it
+	// Unwritten reports whether client holds a lock, has read and has not
+	// yet sent its write, and names the hold (the same mark for as long as it
 	// lasts); nil when InCriticalSection is.
 	Unwritten func(client string) (hold int64, ok bool)
 	// Leader finds the lock service's leader (nil when it has none).

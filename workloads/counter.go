@@ -148,7 +148,8 @@ func Key(i int) string { return fmt.Sprintf("k%d", i) }
 
 // InCriticalSection names the clients that hold a lock, have read the
 // counter and have most of their work still ahead of them: pausing (or
-// cutting off) one of them makes a late write of a stale read. A holder past half its work is left out: a fault takes some
+// cutting off) one of them makes a late write of a stale read. A holder
+// past half its work is left out: a fault takes some
 // milliseconds to land, and one that lands after the write proves nothing.
 // A Quiet workload names nobody.
 func (w *Counter) InCriticalSection() []string {
@@ -165,8 +166,9 @@ func (w *Counter) InCriticalSection() []string {
 }
 
 // Unwritten reports whether client holds a lock, has read the counter and
-// has not yet sent its write, and names the hold (its operation's ID), so that a fault can tell,
-// once it has landed, whether the same hold is still short of its write.
+// has not yet sent its write, and names the hold (its operation's ID), so
+// that a fault can tell, once it has landed, whether the same hold is
+// still short of its write.
 func (w *Counter) Unwritten(client string) (hold int64, ok bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
